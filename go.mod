@@ -1,6 +1,6 @@
 module github.com/space-sandbox/space
 
-go 1.25
+go 1.26.0
 
 require (
 	github.com/creack/pty v1.1.24 // indirect
@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/term v0.45.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
