@@ -1,0 +1,340 @@
+// Package operation runs the control plane's asynchronous lifecycle work.
+// An operation is persisted (pending) before anything acts on it, in the same
+// transaction as the object it changes; an in-process executor then runs the
+// handler registered for its type, with bounded concurrency and strictly one
+// operation at a time per target, in submission order. Every operation ends
+// in a terminal state: handlers' results and errors are recorded, cancel is
+// honoured, and Recover ends whatever a crash interrupted.
+//
+// The engine knows nothing of sandboxes or HTTP: handlers do the work and
+// keep their objects' states right; the engine owns only operation records.
+package operation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// ProgressFunc records how far a running operation has come. Failures to
+// record are logged, never returned: progress is advisory.
+type ProgressFunc func(ctx context.Context, step string, percent int)
+
+// Handler does the work of one operation. ctx is cancelled when the
+// operation is cancelled or the engine closes. The result is stored as JSON
+// (nil for none). An error's errdefs class becomes the operation's error
+// code; its message reaches the tenant only when it is an *errdefs.Public.
+type Handler func(ctx context.Context, op *store.Operation, report ProgressFunc) (result any, err error)
+
+// Config configures an Engine.
+type Config struct {
+	Store  store.Store
+	Logger *slog.Logger
+	// Concurrency bounds how many handlers run at once (default 8).
+	Concurrency int
+	// Registerer, when set, gets the engine's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Engine submits, runs, cancels and waits for operations.
+type Engine struct {
+	store   store.Store
+	log     *slog.Logger
+	sem     chan struct{}
+	metrics *metrics
+
+	baseCtx context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	handlers map[store.OperationType]Handler
+	queues   map[string][]string           // target -> op ids waiting, in order
+	active   map[string]bool               // target -> a runner goroutine exists
+	known    map[string]bool               // op ids this engine queued and has not finished
+	cancels  map[string]context.CancelFunc // running op id -> cancel
+	waiters  map[string]chan struct{}      // op id -> closed when the op changes
+}
+
+// New returns an engine. It runs operations as soon as they are submitted;
+// call Recover before submitting the first one after a start.
+func New(cfg Config) *Engine {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{
+		store:    cfg.Store,
+		log:      log,
+		sem:      make(chan struct{}, cfg.Concurrency),
+		metrics:  newMetrics(cfg.Registerer),
+		baseCtx:  ctx,
+		stop:     cancel,
+		handlers: map[store.OperationType]Handler{},
+		queues:   map[string][]string{},
+		active:   map[string]bool{},
+		known:    map[string]bool{},
+		cancels:  map[string]context.CancelFunc{},
+		waiters:  map[string]chan struct{}{},
+	}
+}
+
+// Register sets the handler of an operation type. Register before Submit.
+func (e *Engine) Register(typ store.OperationType, h Handler) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.handlers[typ] = h
+}
+
+// Submit persists op as pending and queues it. When with is not nil it runs
+// in the same transaction, before op is inserted (create the object there),
+// so the object never exists without its operation or the other way round.
+// Submit fills ID (when empty), State, CreatedAt and UpdatedAt; op.TenantID,
+// Type and Target must be set. It returns the stored operation.
+func (e *Engine) Submit(ctx context.Context, op *store.Operation, with func(ctx context.Context, tx store.Store) error) (*store.Operation, error) {
+	if op.Type == "" || op.Target == "" {
+		return nil, fmt.Errorf("submit: operation needs a type and a target: %w", errdefs.ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	_, ok := e.handlers[op.Type]
+	closed := e.closed
+	e.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("submit: no handler for operation type %q: %w", op.Type, errdefs.ErrInternal)
+	}
+	if closed {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the server is shutting down")
+	}
+	if op.ID == "" {
+		op.ID = store.NewID(store.PrefixOperation)
+	}
+	op.State = store.OpPending
+	op.Progress, op.Error, op.Result, op.DoneAt = nil, nil, nil, nil
+	err := e.store.Atomic(ctx, func(ctx context.Context, tx store.Store) error {
+		if with != nil {
+			if err := with(ctx, tx); err != nil {
+				return err
+			}
+		}
+		return tx.CreateOperation(ctx, op)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.metrics.submitted(op.Type)
+	e.enqueue(op)
+	return op, nil
+}
+
+// enqueue adds a persisted pending op to its target's queue and makes sure a
+// runner drains that queue.
+func (e *Engine) enqueue(op *store.Operation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return // stays pending; Recover at the next start ends it
+	}
+	e.known[op.ID] = true
+	e.queues[op.Target] = append(e.queues[op.Target], op.ID)
+	if !e.active[op.Target] {
+		e.active[op.Target] = true
+		e.wg.Add(1)
+		go e.drain(op.Target)
+	}
+}
+
+// drain runs the target's queued operations one after another, so two
+// operations on one target never interleave.
+func (e *Engine) drain(target string) {
+	defer e.wg.Done()
+	for {
+		e.mu.Lock()
+		q := e.queues[target]
+		if len(q) == 0 || e.closed {
+			delete(e.queues, target)
+			delete(e.active, target)
+			e.mu.Unlock()
+			return
+		}
+		id := q[0]
+		e.queues[target] = q[1:]
+		e.mu.Unlock()
+
+		select {
+		case e.sem <- struct{}{}:
+		case <-e.baseCtx.Done():
+			e.forget(id)
+			continue // closed: the loop ends above
+		}
+		e.run(id)
+		<-e.sem
+	}
+}
+
+// forget drops an op from the engine's memory and wakes its waiters.
+func (e *Engine) forget(id string) {
+	e.mu.Lock()
+	delete(e.known, id)
+	delete(e.cancels, id)
+	e.mu.Unlock()
+	e.notify(id)
+}
+
+// notify wakes everyone waiting on id.
+func (e *Engine) notify(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ch, ok := e.waiters[id]; ok {
+		close(ch)
+		delete(e.waiters, id)
+	}
+}
+
+// changed returns a channel closed at id's next change.
+func (e *Engine) changed(id string) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.waiters[id]
+	if !ok {
+		ch = make(chan struct{})
+		e.waiters[id] = ch
+	}
+	return ch
+}
+
+// Cancel cancels an operation of the tenant (store.AnyTenant: any). A
+// pending operation is cancelled for sure; a running one has its context
+// cancelled and ends as its handler decides (cancelled when the handler
+// returns the context's error). A finished one is returned unchanged.
+func (e *Engine) Cancel(ctx context.Context, tenantID, id string) (*store.Operation, error) {
+	op, err := e.store.GetOperation(ctx, tenantID, id)
+	if err != nil {
+		return nil, err
+	}
+	if op.State == store.OpPending {
+		done, err := e.store.TransitionOperation(ctx, id, []store.OperationState{store.OpPending}, store.OpCancelled,
+			func(o *store.Operation) error {
+				o.Error = &store.ErrorInfo{Code: errdefs.ErrCancelled.Code(), Message: "cancelled before it started"}
+				return nil
+			})
+		if err == nil {
+			e.metrics.finished(done.Type, done.State)
+			e.notify(id)
+			return done, nil
+		}
+		if errdefs.ClassOf(err) != errdefs.ErrConflict {
+			return nil, err
+		}
+		// It started meanwhile: cancel it as a running one.
+	}
+	e.mu.Lock()
+	cancel := e.cancels[id]
+	e.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return e.store.GetOperation(ctx, tenantID, id)
+}
+
+// Wait returns the operation as soon as it is terminal or when timeout
+// passes (then in whatever state it is). A non-positive timeout reads once.
+// It does not poll: it sleeps on the engine's notification of the operation.
+func (e *Engine) Wait(ctx context.Context, tenantID, id string, timeout time.Duration) (*store.Operation, error) {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		ch := e.changed(id) // before the read, so no change slips between
+		op, err := e.store.GetOperation(ctx, tenantID, id)
+		if err != nil || op.State.Terminal() || timeout <= 0 {
+			return op, err
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return e.store.GetOperation(ctx, tenantID, id)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for operation: %w", errdefs.ErrCancelled)
+		case <-e.baseCtx.Done():
+			return e.store.GetOperation(ctx, tenantID, id)
+		}
+	}
+}
+
+// Recover ends every operation a previous process left unfinished: each
+// becomes failed with code "aborted". It skips operations this engine has
+// queued itself. It returns the operations it ended so the caller can
+// reconcile their targets (the sandbox state must say what is true).
+func (e *Engine) Recover(ctx context.Context) ([]*store.Operation, error) {
+	ops, err := e.store.ListUnfinishedOperations(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("recover operations: %w", err)
+	}
+	var ended []*store.Operation
+	for _, op := range ops {
+		e.mu.Lock()
+		mine := e.known[op.ID]
+		e.mu.Unlock()
+		if mine {
+			continue
+		}
+		done, err := e.store.TransitionOperation(ctx, op.ID, []store.OperationState{store.OpPending, store.OpRunning}, store.OpFailed,
+			func(o *store.Operation) error {
+				o.Error = &store.ErrorInfo{Code: errdefs.ErrAborted.Code(), Message: "interrupted by a server restart"}
+				return nil
+			})
+		if errdefs.ClassOf(err) == errdefs.ErrConflict {
+			continue // finished meanwhile
+		}
+		if err != nil {
+			return ended, fmt.Errorf("recover operation %s: %w", op.ID, err)
+		}
+		e.log.WarnContext(ctx, "operation aborted by restart", "op", op.ID, "type", op.Type, "target", op.Target)
+		e.metrics.finished(done.Type, done.State)
+		e.notify(op.ID)
+		ended = append(ended, done)
+	}
+	return ended, nil
+}
+
+// Close stops taking work, waits for running handlers until ctx ends, then
+// cancels them. Operations still queued stay pending in the store (the next
+// start's Recover ends them). Safe to call twice.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		e.stop()
+		return nil
+	case <-ctx.Done():
+		e.stop()
+		<-done
+		return fmt.Errorf("close operation engine: %w", errdefs.ErrDeadlineExceeded)
+	}
+}
+
+// isCancel reports whether err means the handler stopped because its
+// context was cancelled.
+func isCancel(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, errdefs.ErrCancelled)
+}
