@@ -1,0 +1,289 @@
+package template
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// BaseName is the name of the built-in template.
+const BaseName = "base"
+
+// AgentPath is where every template image carries the space-agent binary, so
+// the agent can re-exec itself from the root disk after it has switched root.
+const AgentPath = "/usr/local/bin/space-agent"
+
+// baseFormat changes whenever the staged layout changes, so images built by
+// older code are rebuilt.
+const baseFormat = "space-base-v1"
+
+// BaseOptions configures BuildBase.
+type BaseOptions struct {
+	// TemplatesDir holds all templates; required.
+	TemplatesDir string
+	// AgentBinary is the static space-agent executable; required.
+	AgentBinary string
+	// Busybox is a static busybox binary; default /bin/busybox (Debian's
+	// busybox-static).
+	Busybox string
+	// SizeMiB is the image size; it grows when the content needs more.
+	// Default 256.
+	SizeMiB int
+	// Defaults are the runtime defaults recorded for the template; zero
+	// fields take DefaultBaseDefaults' values, DiskMiB the image size.
+	Defaults Defaults
+	// Logger receives build progress; nil discards it.
+	Logger *slog.Logger
+}
+
+// DefaultBaseDefaults are the runtime defaults of the base template.
+var DefaultBaseDefaults = Defaults{
+	Vcpus:     1,
+	MemoryMiB: 256,
+	Env:       map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+	Workdir:   "/root",
+	User:      "root",
+}
+
+// BuildBase builds (or finds cached) the `base` template: busybox with all
+// its applets, root and an unprivileged `user` (uid 1000), and the agent at
+// AgentPath. Unchanged inputs return the existing image without work.
+// Building needs root, to give files their owners.
+func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.TemplatesDir == "" || opts.AgentBinary == "" {
+		return Metadata{}, fmt.Errorf("template: base needs a templates dir and an agent binary: %w", errdefs.ErrInvalidArgument)
+	}
+	if opts.Busybox == "" {
+		opts.Busybox = "/bin/busybox"
+	}
+	if opts.SizeMiB == 0 {
+		opts.SizeMiB = 256
+	}
+	defaults := mergeDefaults(opts.Defaults, DefaultBaseDefaults)
+
+	busybox, err := os.ReadFile(opts.Busybox)
+	if err != nil {
+		return Metadata{}, fmt.Errorf("template: read busybox (package busybox-static; run `make setup`): %v: %w", err, errdefs.ErrFailedPrecondition)
+	}
+	agent, err := os.ReadFile(opts.AgentBinary)
+	if err != nil {
+		return Metadata{}, fmt.Errorf("template: read agent binary (build it with `make build`): %v: %w", err, errdefs.ErrFailedPrecondition)
+	}
+	input, err := baseInputDigest(busybox, agent, opts.SizeMiB, defaults)
+	if err != nil {
+		return Metadata{}, err
+	}
+	if m, err := Load(opts.TemplatesDir, BaseName); err == nil && m.InputDigest == input {
+		log.DebugContext(ctx, "base template cached", "digest", m.Digest)
+		return m, nil
+	}
+
+	dir := Dir(opts.TemplatesDir, BaseName)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Metadata{}, fmt.Errorf("template: create %s: %v: %w", BaseName, err, errdefs.ErrInternal)
+	}
+	staging, err := os.MkdirTemp(dir, ".staging-*")
+	if err != nil {
+		return Metadata{}, fmt.Errorf("template: staging dir: %v: %w", err, errdefs.ErrInternal)
+	}
+	defer os.RemoveAll(staging)
+	if err := stageBase(ctx, staging, opts.Busybox, busybox, agent); err != nil {
+		return Metadata{}, err
+	}
+	content, err := treeSize(staging)
+	if err != nil {
+		return Metadata{}, fmt.Errorf("template: measure staging: %v: %w", err, errdefs.ErrInternal)
+	}
+	size := imageSize(content, int64(opts.SizeMiB)*mib)
+	if defaults.DiskMiB == 0 {
+		defaults.DiskMiB = int(size / mib)
+	}
+
+	tmpImage := filepath.Join(dir, ".rootfs.ext4.tmp-"+filepath.Base(staging))
+	defer os.Remove(tmpImage) // a no-op once renamed
+	if err := MakeExt4(ctx, staging, tmpImage, size, input); err != nil {
+		return Metadata{}, err
+	}
+	digest, err := imageDigest(ctx, tmpImage, defaults)
+	if err != nil {
+		return Metadata{}, err
+	}
+	image := filepath.Join(dir, ImageFile)
+	if err := os.Rename(tmpImage, image); err != nil {
+		return Metadata{}, fmt.Errorf("template: install image: %v: %w", err, errdefs.ErrInternal)
+	}
+	m := Metadata{
+		Name:        BaseName,
+		Digest:      digest,
+		SizeBytes:   size,
+		Defaults:    defaults,
+		CreatedAt:   time.Now().UTC().Truncate(time.Second),
+		InputDigest: input,
+		Image:       image,
+	}
+	if err := save(dir, m); err != nil {
+		return Metadata{}, err
+	}
+	log.InfoContext(ctx, "base template built", "digest", digest, "size_mib", size/mib)
+	return m, nil
+}
+
+func mergeDefaults(d, def Defaults) Defaults {
+	if d.Vcpus == 0 {
+		d.Vcpus = def.Vcpus
+	}
+	if d.MemoryMiB == 0 {
+		d.MemoryMiB = def.MemoryMiB
+	}
+	if d.DiskMiB == 0 {
+		d.DiskMiB = def.DiskMiB
+	}
+	if d.Env == nil {
+		d.Env = make(map[string]string, len(def.Env))
+		for k, v := range def.Env {
+			d.Env[k] = v
+		}
+	}
+	if d.Workdir == "" {
+		d.Workdir = def.Workdir
+	}
+	if d.User == "" {
+		d.User = def.User
+	}
+	return d
+}
+
+func baseInputDigest(busybox, agent []byte, sizeMiB int, d Defaults) (string, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return "", fmt.Errorf("template: encode defaults: %v: %w", err, errdefs.ErrInternal)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\nbusybox %x\nagent %x\nsize %d\ndefaults %s\n",
+		baseFormat, sha256.Sum256(busybox), sha256.Sum256(agent), sizeMiB, b)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// baseFiles are the small text files of the base image.
+var baseFiles = []struct {
+	path string
+	mode os.FileMode
+	body string
+}{
+	{"etc/passwd", 0o644, "root:x:0:0:root:/root:/bin/sh\n" +
+		"user:x:1000:1000:user:/home/user:/bin/sh\n" +
+		"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},
+	{"etc/group", 0o644, "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n"},
+	{"etc/shadow", 0o640, "root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n"},
+	{"etc/hosts", 0o644, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+	{"etc/hostname", 0o644, "sandbox\n"},
+	{"etc/resolv.conf", 0o644, "# Written by space-agent when the sandbox starts.\n"},
+	{"etc/profile", 0o644, "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"},
+	{"etc/os-release", 0o644, "NAME=\"SPACE base\"\nID=space-base\nPRETTY_NAME=\"SPACE base (busybox)\"\n"},
+}
+
+// stageBase lays out the base root filesystem under root.
+func stageBase(ctx context.Context, root, busyboxPath string, busybox, agent []byte) error {
+	applets, err := busyboxApplets(ctx, busyboxPath)
+	if err != nil {
+		return err
+	}
+	dirs := []struct {
+		path string
+		mode os.FileMode
+		uid  int
+	}{
+		{"bin", 0o755, 0}, {"etc", 0o755, 0}, {"usr", 0o755, 0}, {"usr/local", 0o755, 0},
+		{"usr/local/bin", 0o755, 0}, {"usr/local/sbin", 0o755, 0},
+		{"root", 0o700, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000},
+		{"tmp", os.ModeSticky | 0o777, 0}, {"var", 0o755, 0}, {"var/tmp", os.ModeSticky | 0o777, 0}, {"var/log", 0o755, 0},
+		{"proc", 0o555, 0}, {"sys", 0o555, 0}, {"dev", 0o755, 0}, {"run", 0o755, 0}, {"mnt", 0o755, 0},
+	}
+	for _, d := range dirs {
+		p := filepath.Join(root, d.path)
+		if err := os.Mkdir(p, d.mode); err != nil && !errors.Is(err, os.ErrExist) {
+			return stageErr(err)
+		}
+		if err := os.Chmod(p, d.mode); err != nil { // umask and sticky bits
+			return stageErr(err)
+		}
+		if err := os.Lchown(p, d.uid, d.uid); err != nil {
+			return chownErr(err)
+		}
+	}
+	links := map[string]string{"sbin": "bin", "usr/bin": "../bin", "usr/sbin": "../bin"}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			return stageErr(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), busybox, 0o755); err != nil {
+		return stageErr(err)
+	}
+	for _, a := range applets {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", a)); err != nil && !errors.Is(err, os.ErrExist) {
+			return stageErr(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, AgentPath), agent, 0o755); err != nil {
+		return stageErr(err)
+	}
+	for _, f := range baseFiles {
+		p := filepath.Join(root, f.path)
+		if err := os.WriteFile(p, []byte(f.body), f.mode); err != nil {
+			return stageErr(err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			return stageErr(err)
+		}
+	}
+	return nil
+}
+
+// busyboxApplets lists the applet names the busybox binary provides.
+func busyboxApplets(ctx context.Context, busybox string) ([]string, error) {
+	out, err := exec.CommandContext(ctx, busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("template: %s --list: %v: %w", busybox, err, errdefs.ErrFailedPrecondition)
+	}
+	var applets []string
+	for _, line := range strings.Split(string(bytes.TrimSpace(out)), "\n") {
+		a := strings.TrimSpace(line)
+		if a == "" || a == "busybox" || strings.ContainsAny(a, "/\x00") || a == "." || a == ".." {
+			continue
+		}
+		applets = append(applets, a)
+	}
+	if len(applets) == 0 {
+		return nil, fmt.Errorf("template: %s lists no applets: %w", busybox, errdefs.ErrFailedPrecondition)
+	}
+	return applets, nil
+}
+
+func stageErr(err error) error {
+	return fmt.Errorf("template: stage base: %v: %w", err, errdefs.ErrInternal)
+}
+
+func chownErr(err error) error {
+	if errors.Is(err, syscall.EPERM) {
+		return fmt.Errorf("template: building an image needs root to set file owners: %w", errdefs.ErrFailedPrecondition)
+	}
+	return stageErr(err)
+}
