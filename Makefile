@@ -1,0 +1,51 @@
+# SPACE — make targets. Newcomers need two: `make run` and `make test`.
+# Everything runs as root on Debian 12 (see README.md).
+
+GO        ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+LISTEN    ?= 127.0.0.1:8080
+DATA_DIR  ?= /var/lib/space
+# -p 2: VM tests boot QEMU under TCG; more parallel packages starve 2 cores.
+TEST_P    ?= 2
+TEST_FLAGS ?=
+BENCH     ?= .
+
+export PATH := /usr/local/go/bin:$(PATH)
+
+.PHONY: all setup build run test vet bench artifacts clean
+
+all: build
+
+## setup: install host packages and cache the guest kernel (idempotent)
+setup:
+	bash scripts/setup.sh
+
+## build: bin/spaced, bin/space and the static guest agent bin/space-agent
+build:
+	@mkdir -p bin
+	$(GO) build -o bin/spaced ./cmd/spaced
+	$(GO) build -o bin/space ./cmd/space
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/space-agent ./cmd/space-agent
+
+## run: set up, build and start the single-node server (API on $(LISTEN))
+run: setup build
+	./bin/spaced --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+vet:
+	$(GO) vet ./...
+
+## test: set up, build, vet and run every test (CI runs this)
+test: setup build vet
+	$(GO) test -p $(TEST_P) -count=1 -timeout 25m $(TEST_FLAGS) ./...
+
+## bench: run the Go benchmarks (no tests)
+bench: setup build
+	$(GO) test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 30m ./...
+
+## artifacts: build the guest initramfs and the base template into $(DATA_DIR)
+artifacts: setup
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/space-agent ./cmd/space-agent
+	$(GO) run ./internal/template/mkartifacts -agent bin/space-agent -data-dir $(DATA_DIR)
+
+clean:
+	rm -rf bin
