@@ -1,0 +1,149 @@
+package sqlite
+
+import (
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// now is the store's clock: UTC, no monotonic reading, nanosecond integer
+// round trip exact.
+func now() time.Time { return time.Now().UTC().Round(0) }
+
+// norm makes t what a read returns: UTC without a monotonic reading.
+func norm(t time.Time) time.Time { return t.UTC().Round(0) }
+
+func nanos(t time.Time) int64 { return t.UnixNano() }
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+func nullNanos(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixNano(), Valid: true}
+}
+
+func timePtr(n sql.NullInt64) *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := fromNanos(n.Int64)
+	return &t
+}
+
+func normPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := norm(*t)
+	return &v
+}
+
+// rawText stores a json.RawMessage; empty is NULL.
+func rawText(r json.RawMessage) sql.NullString {
+	if len(r) == 0 {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: string(r), Valid: true}
+}
+
+func rawFrom(s sql.NullString) json.RawMessage {
+	if !s.Valid || s.String == "" {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+// jsonText stores a pointer value as JSON; nil is NULL.
+func jsonText[T any](v *T) sql.NullString {
+	if v == nil {
+		return sql.NullString{}
+	}
+	b, _ := json.Marshal(v) // plain structs of strings and ints cannot fail
+	return sql.NullString{String: string(b), Valid: true}
+}
+
+func jsonFrom[T any](s sql.NullString) (*T, error) {
+	if !s.Valid || s.String == "" {
+		return nil, nil
+	}
+	v := new(T)
+	if err := json.Unmarshal([]byte(s.String), v); err != nil {
+		return nil, fmt.Errorf("decode stored JSON: %w", errdefs.ErrDataLoss)
+	}
+	return v, nil
+}
+
+func mapText(m map[string]string) string {
+	if len(m) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func mapFrom(s string) (map[string]string, error) {
+	m := map[string]string{}
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("decode stored map: %w", errdefs.ErrDataLoss)
+	}
+	return m, nil
+}
+
+// normMap makes a nil map the empty map a read returns.
+func normMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// pageSize applies the default and the cap.
+func pageSize(n int) int {
+	switch {
+	case n <= 0:
+		return store.DefaultPageSize
+	case n > store.MaxPageSize:
+		return store.MaxPageSize
+	}
+	return n
+}
+
+// cursor is a position in a (created_at, id) ordering.
+type cursor struct {
+	at int64
+	id string
+}
+
+func encodeCursor(at int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at, 10) + ":" + id))
+}
+
+func decodeCursor(tok string) (*cursor, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "invalid page_token")
+	}
+	at, id, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "invalid page_token")
+	}
+	return &cursor{at: n, id: id}, nil
+}
+
+// placeholders returns "?, ?, ?" for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}

@@ -1,0 +1,148 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const cmdCols = `id, tenant_id, sandbox_id, spec, state, pid, exit, created_at, started_at`
+
+func scanCmd(row interface{ Scan(...any) error }) (*store.Command, error) {
+	var cmd store.Command
+	var spec string
+	var exit sql.NullString
+	var created int64
+	var started sql.NullInt64
+	if err := row.Scan(&cmd.ID, &cmd.TenantID, &cmd.SandboxID, &spec, &cmd.State, &cmd.PID, &exit, &created, &started); err != nil {
+		return nil, err
+	}
+	cmd.Spec = rawFrom(sql.NullString{String: spec, Valid: true})
+	cmd.Exit = rawFrom(exit)
+	cmd.CreatedAt, cmd.StartedAt = fromNanos(created), timePtr(started)
+	return &cmd, nil
+}
+
+func normCmd(cmd *store.Command) {
+	cmd.CreatedAt, cmd.StartedAt = norm(cmd.CreatedAt), normPtr(cmd.StartedAt)
+	if len(cmd.Spec) == 0 {
+		cmd.Spec = nil
+	}
+	if len(cmd.Exit) == 0 {
+		cmd.Exit = nil
+	}
+}
+
+// CreateCommand inserts cmd, filling ID, State (created) and CreatedAt when
+// empty. The sandbox must exist (ErrNotFound).
+func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
+	if cmd.TenantID == "" || cmd.SandboxID == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a command needs a tenant and a sandbox")
+	}
+	if cmd.ID == "" {
+		cmd.ID = store.NewID(store.PrefixCommand)
+	}
+	if cmd.State == "" {
+		cmd.State = store.CommandCreated
+	}
+	if cmd.CreatedAt.IsZero() {
+		cmd.CreatedAt = now()
+	}
+	normCmd(cmd)
+	return c.atomic(ctx, func(tc *conn) error {
+		// Tenant scoping: a command can only go into the tenant's own sandbox.
+		if _, err := tc.GetSandbox(ctx, cmd.TenantID, cmd.SandboxID); err != nil {
+			return err
+		}
+		_, err := tc.wr.ExecContext(ctx, `INSERT INTO commands (`+cmdCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			cmd.ID, cmd.TenantID, cmd.SandboxID, string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit),
+			nanos(cmd.CreatedAt), nullNanos(cmd.StartedAt))
+		if err != nil {
+			return dbErr("create command", err)
+		}
+		return nil
+	})
+}
+
+func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (*store.Command, error) {
+	cmd, err := scanCmd(c.rd.QueryRowContext(ctx, `SELECT `+cmdCols+` FROM commands
+		WHERE id = ? AND (? = '' OR tenant_id = ?) AND (? = '' OR sandbox_id = ?)`, id, tenantID, tenantID, sandboxID, sandboxID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("command", id)
+	}
+	if err != nil {
+		return nil, dbErr("get command", err)
+	}
+	return cmd, nil
+}
+
+func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.Page[*store.Command], error) {
+	var page store.Page[*store.Command]
+	cur, err := decodeCursor(f.PageToken)
+	if err != nil {
+		return page, err
+	}
+	q := `SELECT ` + cmdCols + ` FROM commands WHERE sandbox_id = ? AND (? = '' OR tenant_id = ?)`
+	args := []any{f.SandboxID, f.TenantID, f.TenantID}
+	if cur != nil {
+		q += " AND (created_at > ? OR (created_at = ? AND id > ?))"
+		args = append(args, cur.at, cur.at, cur.id)
+	}
+	n := pageSize(f.PageSize)
+	q += " ORDER BY created_at, id LIMIT ?"
+	args = append(args, n+1)
+	rows, err := c.rd.QueryContext(ctx, q, args...)
+	if err != nil {
+		return page, dbErr("list commands", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		cmd, err := scanCmd(rows)
+		if err != nil {
+			return page, dbErr("list commands", err)
+		}
+		page.Items = append(page.Items, cmd)
+	}
+	if err := rows.Err(); err != nil {
+		return page, dbErr("list commands", err)
+	}
+	if len(page.Items) > n {
+		page.Items = page.Items[:n]
+		last := page.Items[n-1]
+		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
+	}
+	return page, nil
+}
+
+func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.CommandState, mutate func(*store.Command) error) (*store.Command, error) {
+	var out *store.Command
+	err := c.atomic(ctx, func(tc *conn) error {
+		cmd, err := tc.GetCommand(ctx, store.AnyTenant, "", id)
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, cmd.State) {
+			return stateConflict("command", id, string(cmd.State))
+		}
+		keepID, keepTenant, keepSandbox, keepCreated := cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.CreatedAt
+		if mutate != nil {
+			if err := mutate(cmd); err != nil {
+				return err
+			}
+		}
+		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
+		normCmd(cmd)
+		_, err = tc.wr.ExecContext(ctx, `UPDATE commands SET spec = ?, state = ?, pid = ?, exit = ?, started_at = ? WHERE id = ?`,
+			string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit), nullNanos(cmd.StartedAt), cmd.ID)
+		if err != nil {
+			return dbErr("update command", err)
+		}
+		out = cmd
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,193 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at`
+
+func scanOp(row interface{ Scan(...any) error }) (*store.Operation, error) {
+	var op store.Operation
+	var progress, errInfo, result, params sql.NullString
+	var created, updated int64
+	var done sql.NullInt64
+	if err := row.Scan(&op.ID, &op.TenantID, &op.Type, &op.Target, &op.State, &progress, &errInfo, &result, &params,
+		&created, &updated, &done); err != nil {
+		return nil, err
+	}
+	var err error
+	if op.Progress, err = jsonFrom[store.Progress](progress); err != nil {
+		return nil, err
+	}
+	if op.Error, err = jsonFrom[store.ErrorInfo](errInfo); err != nil {
+		return nil, err
+	}
+	op.Result, op.Params = rawFrom(result), rawFrom(params)
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = fromNanos(created), fromNanos(updated), timePtr(done)
+	return &op, nil
+}
+
+func normOp(op *store.Operation) {
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = norm(op.CreatedAt), norm(op.UpdatedAt), normPtr(op.DoneAt)
+	if len(op.Result) == 0 {
+		op.Result = nil
+	}
+	if len(op.Params) == 0 {
+		op.Params = nil
+	}
+}
+
+// CreateOperation inserts op, filling ID, State (pending), CreatedAt and
+// UpdatedAt when empty.
+func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
+	if op.TenantID == "" || op.Type == "" || op.Target == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "an operation needs a tenant, a type and a target")
+	}
+	if op.ID == "" {
+		op.ID = store.NewID(store.PrefixOperation)
+	}
+	if op.State == "" {
+		op.State = store.OpPending
+	}
+	t := now()
+	if op.CreatedAt.IsZero() {
+		op.CreatedAt = t
+	}
+	op.UpdatedAt = t
+	normOp(op)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO operations (`+opCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error),
+		rawText(op.Result), rawText(op.Params), nanos(op.CreatedAt), nanos(op.UpdatedAt), nullNanos(op.DoneAt))
+	if err != nil {
+		return dbErr("create operation", err)
+	}
+	return nil
+}
+
+func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Operation, error) {
+	op, err := scanOp(c.rd.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE id = ? AND (? = '' OR tenant_id = ?)`,
+		id, tenantID, tenantID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("operation", id)
+	}
+	if err != nil {
+		return nil, dbErr("get operation", err)
+	}
+	return op, nil
+}
+
+func (c *conn) ListOperations(ctx context.Context, f store.OperationFilter) (store.Page[*store.Operation], error) {
+	var page store.Page[*store.Operation]
+	cur, err := decodeCursor(f.PageToken)
+	if err != nil {
+		return page, err
+	}
+	var where []string
+	var args []any
+	if f.TenantID != "" {
+		where, args = append(where, "tenant_id = ?"), append(args, f.TenantID)
+	}
+	if f.Target != "" {
+		where, args = append(where, "target = ?"), append(args, f.Target)
+	}
+	if cur != nil {
+		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
+		args = append(args, cur.at, cur.at, cur.id)
+	}
+	q := `SELECT ` + opCols + ` FROM operations`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	n := pageSize(f.PageSize)
+	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	args = append(args, n+1)
+	rows, err := c.rd.QueryContext(ctx, q, args...)
+	if err != nil {
+		return page, dbErr("list operations", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		op, err := scanOp(rows)
+		if err != nil {
+			return page, dbErr("list operations", err)
+		}
+		page.Items = append(page.Items, op)
+	}
+	if err := rows.Err(); err != nil {
+		return page, dbErr("list operations", err)
+	}
+	if len(page.Items) > n {
+		page.Items = page.Items[:n]
+		last := page.Items[n-1]
+		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
+	}
+	return page, nil
+}
+
+func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.OperationState, to store.OperationState,
+	mutate func(*store.Operation) error) (*store.Operation, error) {
+	var out *store.Operation
+	err := c.atomic(ctx, func(tc *conn) error {
+		op, err := tc.GetOperation(ctx, store.AnyTenant, id)
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, op.State) {
+			return stateConflict("operation", id, string(op.State))
+		}
+		keepID, keepTenant, keepCreated := op.ID, op.TenantID, op.CreatedAt
+		if mutate != nil {
+			if err := mutate(op); err != nil {
+				return err
+			}
+		}
+		op.ID, op.TenantID, op.CreatedAt = keepID, keepTenant, keepCreated
+		if to != "" {
+			op.State = to
+		}
+		op.UpdatedAt = now()
+		if op.State.Terminal() && op.DoneAt == nil {
+			d := op.UpdatedAt
+			op.DoneAt = &d
+		}
+		normOp(op)
+		_, err = tc.wr.ExecContext(ctx, `UPDATE operations SET type = ?, target = ?, state = ?, progress = ?, error = ?,
+			result = ?, params = ?, updated_at = ?, done_at = ? WHERE id = ?`,
+			string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error), rawText(op.Result),
+			rawText(op.Params), nanos(op.UpdatedAt), nullNanos(op.DoneAt), op.ID)
+		if err != nil {
+			return dbErr("update operation", err)
+		}
+		out = op
+		return nil
+	})
+	return out, err
+}
+
+func (c *conn) ListUnfinishedOperations(ctx context.Context) ([]*store.Operation, error) {
+	rows, err := c.rd.QueryContext(ctx, `SELECT `+opCols+` FROM operations WHERE state IN ('pending', 'running')
+		ORDER BY created_at, id`)
+	if err != nil {
+		return nil, dbErr("list unfinished operations", err)
+	}
+	defer rows.Close()
+	var out []*store.Operation
+	for rows.Next() {
+		op, err := scanOp(rows)
+		if err != nil {
+			return nil, dbErr("list unfinished operations", err)
+		}
+		out = append(out, op)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("list unfinished operations", err)
+	}
+	return out, nil
+}

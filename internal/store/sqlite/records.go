@@ -1,0 +1,189 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const idemCols = `tenant_id, key, request_hash, status, body, created_at`
+
+func scanIdem(row interface{ Scan(...any) error }) (*store.IdempotencyRecord, error) {
+	var r store.IdempotencyRecord
+	var created int64
+	if err := row.Scan(&r.TenantID, &r.Key, &r.RequestHash, &r.Status, &r.Body, &created); err != nil {
+		return nil, err
+	}
+	r.CreatedAt = fromNanos(created)
+	return &r, nil
+}
+
+func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyRecord) (*store.IdempotencyRecord, bool, error) {
+	if rec.Key == "" {
+		return nil, false, errdefs.New(errdefs.ErrInvalidArgument, "idempotency key is empty")
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now()
+	}
+	rec.CreatedAt = norm(rec.CreatedAt)
+	var stored *store.IdempotencyRecord
+	var inserted bool
+	err := c.atomic(ctx, func(tc *conn) error {
+		res, err := tc.wr.ExecContext(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant_id, key) DO NOTHING`,
+			rec.TenantID, rec.Key, rec.RequestHash, rec.Status, rec.Body, nanos(rec.CreatedAt))
+		if err != nil {
+			return dbErr("put idempotency record", err)
+		}
+		n, _ := res.RowsAffected()
+		inserted = n == 1
+		stored, err = tc.GetIdempotencyRecord(ctx, rec.TenantID, rec.Key)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return stored, inserted, nil
+}
+
+func (c *conn) GetIdempotencyRecord(ctx context.Context, tenantID, key string) (*store.IdempotencyRecord, error) {
+	r, err := scanIdem(c.rd.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "idempotency key not found")
+	}
+	if err != nil {
+		return nil, dbErr("get idempotency record", err)
+	}
+	return r, nil
+}
+
+func (c *conn) CompleteIdempotencyRecord(ctx context.Context, tenantID, key string, status int, body []byte) error {
+	res, err := c.wr.ExecContext(ctx, `UPDATE idempotency SET status = ?, body = ? WHERE tenant_id = ? AND key = ?`,
+		status, body, tenantID, key)
+	if err != nil {
+		return dbErr("complete idempotency record", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.New(errdefs.ErrNotFound, "idempotency key not found")
+	}
+	return nil
+}
+
+func (c *conn) DeleteIdempotencyRecord(ctx context.Context, tenantID, key string) error {
+	if _, err := c.wr.ExecContext(ctx, `DELETE FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key); err != nil {
+		return dbErr("delete idempotency record", err)
+	}
+	return nil
+}
+
+func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (int, error) {
+	res, err := c.wr.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at < ?`, nanos(before))
+	if err != nil {
+		return 0, dbErr("prune idempotency records", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+const tplCols = `id, name, digest, state, size_bytes, defaults, created_at`
+
+func scanTpl(row interface{ Scan(...any) error }) (*store.Template, error) {
+	var t store.Template
+	var defaults sql.NullString
+	var created int64
+	if err := row.Scan(&t.ID, &t.Name, &t.Digest, &t.State, &t.SizeBytes, &defaults, &created); err != nil {
+		return nil, err
+	}
+	t.Defaults = rawFrom(defaults)
+	t.CreatedAt = fromNanos(created)
+	return &t, nil
+}
+
+// UpsertTemplate inserts or replaces t by ID, filling ID and CreatedAt when empty.
+func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
+	if t.Name == "" || t.State == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a template needs a name and a state")
+	}
+	if t.ID == "" {
+		t.ID = store.NewID(store.PrefixTemplate)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now()
+	}
+	t.CreatedAt = norm(t.CreatedAt)
+	if len(t.Defaults) == 0 {
+		t.Defaults = nil
+	}
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO templates (`+tplCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET name = excluded.name, digest = excluded.digest, state = excluded.state,
+		size_bytes = excluded.size_bytes, defaults = excluded.defaults`,
+		t.ID, t.Name, t.Digest, string(t.State), t.SizeBytes, rawText(t.Defaults), nanos(t.CreatedAt))
+	if err != nil {
+		return dbErr("upsert template", err)
+	}
+	return nil
+}
+
+func (c *conn) GetTemplate(ctx context.Context, id string) (*store.Template, error) {
+	t, err := scanTpl(c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("template", id)
+	}
+	if err != nil {
+		return nil, dbErr("get template", err)
+	}
+	return t, nil
+}
+
+func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*store.Template, error) {
+	var row *sql.Row
+	if digest != "" {
+		row = c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE name = ? AND digest = ?`, name, digest)
+	} else {
+		row = c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE name = ? AND state = ?
+			ORDER BY created_at DESC, id DESC LIMIT 1`, name, string(store.TemplateReady))
+	}
+	t, err := scanTpl(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("template", name)
+	}
+	if err != nil {
+		return nil, dbErr("get template", err)
+	}
+	return t, nil
+}
+
+func (c *conn) ListTemplates(ctx context.Context) ([]*store.Template, error) {
+	rows, err := c.rd.QueryContext(ctx, `SELECT `+tplCols+` FROM templates ORDER BY name, created_at, id`)
+	if err != nil {
+		return nil, dbErr("list templates", err)
+	}
+	defer rows.Close()
+	var out []*store.Template
+	for rows.Next() {
+		t, err := scanTpl(rows)
+		if err != nil {
+			return nil, dbErr("list templates", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("list templates", err)
+	}
+	return out, nil
+}
+
+func (c *conn) DeleteTemplate(ctx context.Context, id string) error {
+	res, err := c.wr.ExecContext(ctx, `DELETE FROM templates WHERE id = ?`, id)
+	if err != nil {
+		return dbErr("delete template", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("template", id)
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const sandboxCols = `id, tenant_id, template, template_digest, state, vcpus, memory_mib, disk_mib, env, metadata,
+	network, worker, timeout_seconds, idle_timeout_seconds, created_at, updated_at, expires_at, last_activity_at, last_error`
+
+func scanSandbox(row interface{ Scan(...any) error }) (*store.Sandbox, error) {
+	var sb store.Sandbox
+	var env, md string
+	var network, lastErr sql.NullString
+	var created, updated, activity int64
+	var expires sql.NullInt64
+	if err := row.Scan(&sb.ID, &sb.TenantID, &sb.Template, &sb.TemplateDigest, &sb.State, &sb.VCPUs, &sb.MemoryMiB,
+		&sb.DiskMiB, &env, &md, &network, &sb.Worker, &sb.TimeoutSeconds, &sb.IdleTimeoutSeconds,
+		&created, &updated, &expires, &activity, &lastErr); err != nil {
+		return nil, err
+	}
+	var err error
+	if sb.Env, err = mapFrom(env); err != nil {
+		return nil, err
+	}
+	if sb.Metadata, err = mapFrom(md); err != nil {
+		return nil, err
+	}
+	if sb.LastError, err = jsonFrom[store.ErrorInfo](lastErr); err != nil {
+		return nil, err
+	}
+	sb.Network = rawFrom(network)
+	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = fromNanos(created), fromNanos(updated), fromNanos(activity)
+	sb.ExpiresAt = timePtr(expires)
+	return &sb, nil
+}
+
+func sandboxArgs(sb *store.Sandbox) []any {
+	return []any{sb.ID, sb.TenantID, sb.Template, sb.TemplateDigest, string(sb.State), sb.VCPUs, sb.MemoryMiB,
+		sb.DiskMiB, mapText(sb.Env), mapText(sb.Metadata), rawText(sb.Network), sb.Worker, sb.TimeoutSeconds,
+		sb.IdleTimeoutSeconds, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nullNanos(sb.ExpiresAt),
+		nanos(sb.LastActivityAt), jsonText(sb.LastError)}
+}
+
+// normSandbox makes sb what a read of it returns.
+func normSandbox(sb *store.Sandbox) {
+	sb.Env, sb.Metadata = normMap(sb.Env), normMap(sb.Metadata)
+	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = norm(sb.CreatedAt), norm(sb.UpdatedAt), norm(sb.LastActivityAt)
+	sb.ExpiresAt = normPtr(sb.ExpiresAt)
+	if len(sb.Network) == 0 {
+		sb.Network = nil
+	}
+}
+
+// CreateSandbox inserts sb after checking the tenant's quota, in one
+// transaction. It fills ID, CreatedAt, UpdatedAt and LastActivityAt when empty.
+func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	if sb.TenantID == "" || sb.State == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a sandbox needs a tenant and a state")
+	}
+	if sb.ID == "" {
+		sb.ID = store.NewID(store.PrefixSandbox)
+	}
+	t := now()
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = t
+	}
+	sb.UpdatedAt = t
+	if sb.LastActivityAt.IsZero() {
+		sb.LastActivityAt = sb.CreatedAt
+	}
+	normSandbox(sb)
+	return c.atomic(ctx, func(tc *conn) error {
+		if sb.State.Live() {
+			if err := tc.checkQuota(ctx, sb); err != nil {
+				return err
+			}
+		}
+		_, err := tc.wr.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, sandboxArgs(sb)...)
+		if err != nil {
+			return dbErr("create sandbox", err)
+		}
+		return nil
+	})
+}
+
+// checkQuota fails with ErrResourceExhausted when sb does not fit the
+// tenant's quota next to what it holds.
+func (c *conn) checkQuota(ctx context.Context, sb *store.Sandbox) error {
+	t, err := c.GetTenant(ctx, sb.TenantID)
+	if err != nil {
+		return err
+	}
+	q := t.Quota
+	if q == (store.Quota{}) {
+		return nil
+	}
+	u, err := c.SandboxUsage(ctx, sb.TenantID)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		resource         string
+		limit, used, ask int
+	}{
+		{"sandboxes", q.MaxSandboxes, u.Sandboxes, 1},
+		{"vcpus", q.MaxVCPUs, u.VCPUs, sb.VCPUs},
+		{"memory_mib", q.MaxMemoryMiB, u.MemoryMiB, sb.MemoryMiB},
+	} {
+		if l.limit > 0 && l.used+l.ask > l.limit {
+			return errdefs.New(errdefs.ErrResourceExhausted, "quota exceeded: %s (limit %d, in use %d, requested %d)",
+				l.resource, l.limit, l.used, l.ask).WithDetails(map[string]any{
+				"resource": l.resource, "limit": l.limit, "used": l.used, "requested": l.ask,
+			})
+		}
+	}
+	return nil
+}
+
+// SandboxUsage sums the tenant's live sandboxes.
+func (c *conn) SandboxUsage(ctx context.Context, tenantID string) (store.Usage, error) {
+	var u store.Usage
+	err := c.rd.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(vcpus), 0), COALESCE(SUM(memory_mib), 0)
+		FROM sandboxes WHERE tenant_id = ? AND state NOT IN (?, ?)`,
+		tenantID, string(store.SandboxDeleted), string(store.SandboxFailed)).Scan(&u.Sandboxes, &u.VCPUs, &u.MemoryMiB)
+	if err != nil {
+		return store.Usage{}, dbErr("sandbox usage", err)
+	}
+	return u, nil
+}
+
+func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sandbox, error) {
+	sb, err := scanSandbox(c.rd.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("sandbox", id)
+	}
+	if err != nil {
+		return nil, dbErr("get sandbox", err)
+	}
+	return sb, nil
+}
+
+func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error) {
+	var page store.Page[*store.Sandbox]
+	cur, err := decodeCursor(f.PageToken)
+	if err != nil {
+		return page, err
+	}
+	var where []string
+	var args []any
+	if f.TenantID != "" {
+		where, args = append(where, "tenant_id = ?"), append(args, f.TenantID)
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+		for _, s := range f.States {
+			args = append(args, string(s))
+		}
+	}
+	if len(f.ExcludeStates) > 0 {
+		where = append(where, "state NOT IN ("+placeholders(len(f.ExcludeStates))+")")
+		for _, s := range f.ExcludeStates {
+			args = append(args, string(s))
+		}
+	}
+	if f.Worker != "" {
+		where, args = append(where, "worker = ?"), append(args, f.Worker)
+	}
+	keys := make([]string, 0, len(f.Metadata))
+	for k := range f.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		where = append(where, "EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) WHERE json_each.key = ? AND json_each.value = ? AND json_each.type = 'text')")
+		args = append(args, k, f.Metadata[k])
+	}
+	if cur != nil {
+		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
+		args = append(args, cur.at, cur.at, cur.id)
+	}
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	n := pageSize(f.PageSize)
+	q += " ORDER BY created_at, id LIMIT ?"
+	args = append(args, n+1)
+	rows, err := c.rd.QueryContext(ctx, q, args...)
+	if err != nil {
+		return page, dbErr("list sandboxes", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return page, dbErr("list sandboxes", err)
+		}
+		page.Items = append(page.Items, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return page, dbErr("list sandboxes", err)
+	}
+	if len(page.Items) > n {
+		page.Items = page.Items[:n]
+		last := page.Items[n-1]
+		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
+	}
+	return page, nil
+}
+
+// TransitionSandbox compares the state, applies mutate and writes, in one
+// transaction.
+func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from []store.SandboxState, to store.SandboxState,
+	mutate func(*store.Sandbox) error) (*store.Sandbox, error) {
+	var out *store.Sandbox
+	err := c.atomic(ctx, func(tc *conn) error {
+		sb, err := tc.GetSandbox(ctx, tenantID, id)
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, sb.State) {
+			return stateConflict("sandbox", id, string(sb.State))
+		}
+		keepID, keepTenant, keepCreated := sb.ID, sb.TenantID, sb.CreatedAt
+		if mutate != nil {
+			if err := mutate(sb); err != nil {
+				return err
+			}
+		}
+		sb.ID, sb.TenantID, sb.CreatedAt = keepID, keepTenant, keepCreated
+		if to != "" {
+			sb.State = to
+		}
+		sb.UpdatedAt = now()
+		normSandbox(sb)
+		args := sandboxArgs(sb)[2:] // everything after id, tenant_id
+		args = append(args, sb.ID)
+		_, err = tc.wr.ExecContext(ctx, `UPDATE sandboxes SET template = ?, template_digest = ?, state = ?, vcpus = ?,
+			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, network = ?, worker = ?, timeout_seconds = ?,
+			idle_timeout_seconds = ?, created_at = ?, updated_at = ?, expires_at = ?, last_activity_at = ?, last_error = ?
+			WHERE id = ?`, args...)
+		if err != nil {
+			return dbErr(fmt.Sprintf("update sandbox %s", id), err)
+		}
+		out = sb
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,174 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const tenantCols = `id, name, max_sandboxes, max_vcpus, max_memory_mib, created_at`
+
+func scanTenant(row interface{ Scan(...any) error }) (*store.Tenant, error) {
+	var t store.Tenant
+	var created int64
+	if err := row.Scan(&t.ID, &t.Name, &t.Quota.MaxSandboxes, &t.Quota.MaxVCPUs, &t.Quota.MaxMemoryMiB, &created); err != nil {
+		return nil, err
+	}
+	t.CreatedAt = fromNanos(created)
+	return &t, nil
+}
+
+// CreateTenant inserts t, filling ID and CreatedAt when empty.
+func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
+	if t.Name == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "tenant name is required")
+	}
+	if t.ID == "" {
+		t.ID = store.NewID(store.PrefixTenant)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now()
+	}
+	t.CreatedAt = norm(t.CreatedAt)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO tenants (`+tenantCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, nanos(t.CreatedAt))
+	if err != nil {
+		return dbErr("create tenant", err)
+	}
+	return nil
+}
+
+func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) {
+	t, err := scanTenant(c.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("tenant", id)
+	}
+	if err != nil {
+		return nil, dbErr("get tenant", err)
+	}
+	return t, nil
+}
+
+func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant, error) {
+	t, err := scanTenant(c.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("tenant", name)
+	}
+	if err != nil {
+		return nil, dbErr("get tenant", err)
+	}
+	return t, nil
+}
+
+func (c *conn) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
+	rows, err := c.rd.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, id`)
+	if err != nil {
+		return nil, dbErr("list tenants", err)
+	}
+	defer rows.Close()
+	var out []*store.Tenant
+	for rows.Next() {
+		t, err := scanTenant(rows)
+		if err != nil {
+			return nil, dbErr("list tenants", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("list tenants", err)
+	}
+	return out, nil
+}
+
+func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) error {
+	res, err := c.wr.ExecContext(ctx, `UPDATE tenants SET max_sandboxes = ?, max_vcpus = ?, max_memory_mib = ? WHERE id = ?`,
+		q.MaxSandboxes, q.MaxVCPUs, q.MaxMemoryMiB, id)
+	if err != nil {
+		return dbErr("set quota", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("tenant", id)
+	}
+	return nil
+}
+
+const keyCols = `id, tenant_id, prefix, hash, admin, created_at, revoked_at`
+
+func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
+	var k store.APIKey
+	var created int64
+	var revoked sql.NullInt64
+	if err := row.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked); err != nil {
+		return nil, err
+	}
+	k.CreatedAt = fromNanos(created)
+	k.RevokedAt = timePtr(revoked)
+	return &k, nil
+}
+
+// CreateAPIKey inserts k, filling ID and CreatedAt when empty.
+func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
+	if k.TenantID == "" || k.Hash == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "an API key needs a tenant and a hash")
+	}
+	if k.ID == "" {
+		k.ID = store.NewID(store.PrefixAPIKey)
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = now()
+	}
+	k.CreatedAt = norm(k.CreatedAt)
+	k.RevokedAt = normPtr(k.RevokedAt)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, nanos(k.CreatedAt), nullNanos(k.RevokedAt))
+	if err != nil {
+		return dbErr("create api key", err)
+	}
+	return nil
+}
+
+func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey, error) {
+	k, err := scanKey(c.rd.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "API key not found")
+	}
+	if err != nil {
+		return nil, dbErr("get api key", err)
+	}
+	return k, nil
+}
+
+// RevokeAPIKey marks a key revoked; revoking twice keeps the first time.
+func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
+	res, err := c.wr.ExecContext(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, nanos(now()), id)
+	if err != nil {
+		return dbErr("revoke api key", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("API key", id)
+	}
+	return nil
+}
+
+func (c *conn) ListAPIKeys(ctx context.Context, tenantID string) ([]*store.APIKey, error) {
+	rows, err := c.rd.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR tenant_id = ?) ORDER BY created_at, id`, tenantID, tenantID)
+	if err != nil {
+		return nil, dbErr("list api keys", err)
+	}
+	defer rows.Close()
+	var out []*store.APIKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, dbErr("list api keys", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("list api keys", err)
+	}
+	return out, nil
+}
