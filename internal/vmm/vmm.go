@@ -13,6 +13,7 @@ package vmm
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"sort"
 	"sync"
@@ -111,6 +112,13 @@ type Snapshotter interface {
 	Snapshot(ctx context.Context, dir string) error
 }
 
+// Detacher is a VM whose handle can be released without stopping it: the
+// driver drops its connections and watchers and the VMM keeps running, to be
+// adopted later with Driver.Recover (by this or another worker process).
+type Detacher interface {
+	Detach() error
+}
+
 // Restorer is a Driver that starts a VM from a snapshot made by Snapshotter.
 // The VM comes back paused; the caller resumes it.
 type Restorer interface {
@@ -128,6 +136,8 @@ type Options struct {
 	Accel string
 	// CacheDir keeps probe results across restarts.
 	CacheDir string
+	// Logger receives the driver's logs; nil discards them.
+	Logger *slog.Logger
 }
 
 var (
