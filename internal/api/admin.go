@@ -1,0 +1,103 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+var tenantNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_\-]{0,62}$`)
+
+func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateTenantRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !tenantNameRE.MatchString(req.Name) {
+		s.writeError(w, r, invalid(map[string]string{"name": "1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit"}))
+		return
+	}
+	t := &store.Tenant{ID: store.NewID(store.PrefixTenant), Name: req.Name, Quota: s.cfg.DefaultQuota, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateTenant(r.Context(), t); err != nil {
+		if errdefs.ClassOf(err) == errdefs.ErrConflict {
+			err = errdefs.New(errdefs.ErrConflict, "tenant %q exists", req.Name).WithCause(err)
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("tenant created", "tenant", t.ID, "name", t.Name)
+	writeJSON(w, http.StatusCreated, apiv1.TenantResponse{Tenant: apiv1.Tenant{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt}})
+}
+
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateKeyRequest
+	if err := decodeJSON(r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	name := r.PathValue("name")
+	t, err := s.store.GetTenantByName(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, notFoundAs(err, "tenant", name))
+		return
+	}
+	secret, key, err := s.auth.CreateKey(r.Context(), t.ID, req.Admin)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	created := key.CreatedAt
+	if created.IsZero() {
+		created = time.Now().UTC()
+	}
+	writeJSON(w, http.StatusCreated, apiv1.KeyResponse{ID: key.ID, Tenant: t.Name, Key: secret, Admin: key.Admin, CreatedAt: created.UTC()})
+}
+
+func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !validID(id, store.PrefixAPIKey) {
+		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "key %q not found", id))
+		return
+	}
+	if err := s.store.RevokeAPIKey(r.Context(), id); err != nil {
+		s.writeError(w, r, notFoundAs(err, "key", id))
+		return
+	}
+	s.log(r).Info("api key revoked", "key", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	wk := apiv1.Worker{ID: s.cfg.WorkerID, Ready: true}
+	if err := s.worker.Ready(ctx); err != nil {
+		wk.Ready = false
+		_, info := errorInfo(err)
+		wk.Error = info.Message // admins only; still no host paths unless Public
+	}
+	if vms, err := s.worker.Sandboxes(ctx); err == nil {
+		wk.Sandboxes = len(vms)
+	}
+	writeJSON(w, http.StatusOK, apiv1.WorkerList{Workers: []apiv1.Worker{wk}})
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.ListTemplates(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.TemplateList{Templates: []apiv1.Template{}}
+	for _, t := range ts {
+		out.Templates = append(out.Templates, apiv1.Template{ID: t.ID, Name: t.Name, Digest: t.Digest,
+			State: string(t.State), SizeBytes: t.SizeBytes, Defaults: t.Defaults, CreatedAt: t.CreatedAt.UTC()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,370 @@
+// Package apiv1 holds the wire types of SPACE's public HTTP API (v1): what the
+// server writes and the Go client reads. It has no behaviour and imports
+// nothing of the server, so clients can depend on it alone.
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ErrorBody is the body of every non-2xx answer.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Error is the error object: Code is an errdefs code such as "not_found".
+type Error struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// Operation states.
+const (
+	OpPending   = "pending"
+	OpRunning   = "running"
+	OpSucceeded = "succeeded"
+	OpFailed    = "failed"
+	OpCancelled = "cancelled"
+)
+
+// Operation is asynchronous lifecycle work.
+type Operation struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	Target    string          `json:"target"`
+	State     string          `json:"state"`
+	Progress  *Progress       `json:"progress,omitempty"`
+	Error     *OpError        `json:"error,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	DoneAt    *time.Time      `json:"done_at,omitempty"`
+}
+
+// Done reports whether the operation reached a terminal state.
+func (o Operation) Done() bool {
+	return o.State == OpSucceeded || o.State == OpFailed || o.State == OpCancelled
+}
+
+// Progress of a running operation.
+type Progress struct {
+	Step    string `json:"step"`
+	Percent int    `json:"percent"`
+}
+
+// OpError is why an operation failed.
+type OpError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// OperationList is a page of operations, newest first.
+type OperationList struct {
+	Operations    []Operation `json:"operations"`
+	NextPageToken string      `json:"next_page_token,omitempty"`
+}
+
+// Sandbox states.
+const (
+	SandboxCreating   = "creating"
+	SandboxRunning    = "running"
+	SandboxPausing    = "pausing"
+	SandboxPaused     = "paused"
+	SandboxSuspending = "suspending"
+	SandboxSuspended  = "suspended"
+	SandboxWaking     = "waking"
+	SandboxDeleting   = "deleting"
+	SandboxDeleted    = "deleted"
+	SandboxFailed     = "failed"
+)
+
+// Sandbox is one microVM with its own root filesystem.
+type Sandbox struct {
+	ID             string            `json:"id"`
+	Template       string            `json:"template"`
+	TemplateDigest string            `json:"template_digest,omitempty"`
+	State          string            `json:"state"`
+	VCPUs          int               `json:"vcpus"`
+	MemoryMiB      int               `json:"memory_mib"`
+	DiskMiB        int               `json:"disk_mib"`
+	Metadata       map[string]string `json:"metadata"`
+	Network        json.RawMessage   `json:"network,omitempty"`
+	Worker         string            `json:"worker,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
+	LastError      *OpError          `json:"last_error,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	Template           string            `json:"template"`
+	VCPUs              int               `json:"vcpus,omitempty"`
+	MemoryMiB          int               `json:"memory_mib,omitempty"`
+	DiskMiB            int               `json:"disk_mib,omitempty"`
+	Env                map[string]string `json:"env,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
+	TimeoutSeconds     int               `json:"timeout_seconds,omitempty"`
+	IdleTimeoutSeconds int               `json:"idle_timeout_seconds,omitempty"`
+	Network            json.RawMessage   `json:"network,omitempty"`
+	FromCheckpoint     string            `json:"from_checkpoint,omitempty"`
+}
+
+// SandboxAndOperation answers POST /v1/sandboxes.
+type SandboxAndOperation struct {
+	Sandbox   Sandbox   `json:"sandbox"`
+	Operation Operation `json:"operation"`
+}
+
+// OperationResponse answers lifecycle calls that start an operation.
+type OperationResponse struct {
+	Operation Operation `json:"operation"`
+}
+
+// SandboxList is a page of sandboxes.
+type SandboxList struct {
+	Sandboxes     []Sandbox `json:"sandboxes"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
+}
+
+// KeepRequest is the body of POST /v1/sandboxes/{id}/keep.
+type KeepRequest struct {
+	TimeoutSeconds int `json:"timeout_seconds"`
+}
+
+// PTY asks for a pseudo-terminal.
+type PTY struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// CreateCommandRequest is the body of POST /v1/sandboxes/{id}/commands.
+// Exactly one of Argv and Shell is set.
+type CreateCommandRequest struct {
+	Argv           []string          `json:"argv,omitempty"`
+	Shell          string            `json:"shell,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	User           string            `json:"user,omitempty"`
+	Stdin          bool              `json:"stdin,omitempty"`
+	PTY            *PTY              `json:"pty,omitempty"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec.
+type ExecRequest struct {
+	CreateCommandRequest
+	// StdinData is written to the command's stdin, which is then closed.
+	StdinData string `json:"stdin_data,omitempty"`
+}
+
+// Command states.
+const (
+	CommandCreated = "created" // stored, starts on the first attach to its events
+	CommandRunning = "running"
+	CommandExited  = "exited"
+)
+
+// Command is a command session.
+type Command struct {
+	ID             string            `json:"id"`
+	Sandbox        string            `json:"sandbox"`
+	Argv           []string          `json:"argv,omitempty"`
+	Shell          string            `json:"shell,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	User           string            `json:"user,omitempty"`
+	Stdin          bool              `json:"stdin"`
+	PTY            *PTY              `json:"pty,omitempty"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
+	State          string            `json:"state"`
+	PID            int               `json:"pid,omitempty"`
+	Exit           *ExitStatus       `json:"exit,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+	StartedAt      *time.Time        `json:"started_at,omitempty"`
+}
+
+// ExitStatus is how a command ended. ExitCode is null when it was signaled.
+type ExitStatus struct {
+	ExitCode *int       `json:"exit_code"`
+	Signal   *string    `json:"signal"`
+	Reason   string     `json:"reason"`
+	EndedAt  *time.Time `json:"ended_at,omitempty"`
+}
+
+// CommandResponse wraps one command.
+type CommandResponse struct {
+	Command Command `json:"command"`
+}
+
+// CommandList lists a sandbox's commands, newest first.
+type CommandList struct {
+	Commands      []Command `json:"commands"`
+	NextPageToken string    `json:"next_page_token,omitempty"`
+}
+
+// Event types of a command's event stream.
+const (
+	EventStarted   = "started"
+	EventStdout    = "stdout"
+	EventStderr    = "stderr"
+	EventGap       = "gap"
+	EventExit      = "exit"
+	EventError     = "error"
+	EventHeartbeat = "heartbeat"
+)
+
+// Event is one line of a command's event stream. Which fields are present
+// depends on Type; see the OpenAPI document.
+type Event struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	Type      string     `json:"type"`
+	Time      *time.Time `json:"time,omitempty"`
+	PID       int        `json:"pid,omitempty"`
+	Data      *string    `json:"data,omitempty"`
+	DataB64   []byte     `json:"data_b64,omitempty"`
+	LostBytes int64      `json:"lost_bytes,omitempty"`
+	// Exit events carry these three; exit_code and signal are explicit nulls
+	// when absent, so they are written by MarshalJSON.
+	ExitCode *int    `json:"exit_code,omitempty"`
+	Signal   *string `json:"signal,omitempty"`
+	Reason   string  `json:"reason,omitempty"`
+	// Error events carry these.
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// MarshalJSON writes exit events with explicit null exit_code/signal.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type plain Event
+	if e.Type != EventExit {
+		return json.Marshal(plain(e))
+	}
+	return json.Marshal(struct {
+		Seq      uint64     `json:"seq"`
+		Type     string     `json:"type"`
+		Time     *time.Time `json:"time,omitempty"`
+		ExitCode *int       `json:"exit_code"`
+		Signal   *string    `json:"signal"`
+		Reason   string     `json:"reason"`
+	}{e.Seq, e.Type, e.Time, e.ExitCode, e.Signal, e.Reason})
+}
+
+// Bytes returns the output bytes of a stdout/stderr event.
+func (e Event) Bytes() []byte {
+	if e.Data != nil {
+		return []byte(*e.Data)
+	}
+	return e.DataB64
+}
+
+// ExecResponse answers POST /v1/sandboxes/{id}/exec. Output that is not
+// UTF-8 comes in StdoutB64/StderrB64 instead of Stdout/Stderr.
+type ExecResponse struct {
+	CommandID       string  `json:"command_id"`
+	ExitCode        *int    `json:"exit_code"`
+	Signal          *string `json:"signal"`
+	Reason          string  `json:"reason"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutB64       []byte  `json:"stdout_b64,omitempty"`
+	StderrB64       []byte  `json:"stderr_b64,omitempty"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+}
+
+// SignalRequest is the body of POST …/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// ResizeRequest is the body of POST …/resize.
+type ResizeRequest struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// FileInfo is one entry of GET …/files/list (which answers a JSON array of
+// them) and the answer of a file PUT.
+type FileInfo struct {
+	Name  string    `json:"name"`
+	Type  string    `json:"type"` // file|dir|symlink|other
+	Size  int64     `json:"size"`
+	Mode  string    `json:"mode"` // octal permission bits, e.g. "0644"
+	MTime time.Time `json:"mtime"`
+}
+
+// Feature is one feature gate.
+type Feature struct {
+	Name        string `json:"name"`
+	Enabled     bool   `json:"enabled"`
+	Stage       string `json:"stage"` // incubating|stable
+	Description string `json:"description"`
+}
+
+// FeatureList answers GET /v1/features.
+type FeatureList struct {
+	Features []Feature `json:"features"`
+}
+
+// Tenant is an isolated owner of objects.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateTenantRequest is the body of POST /v1/admin/tenants.
+type CreateTenantRequest struct {
+	Name string `json:"name"`
+}
+
+// TenantResponse wraps a tenant.
+type TenantResponse struct {
+	Tenant Tenant `json:"tenant"`
+}
+
+// CreateKeyRequest is the (optional) body of POST /v1/admin/tenants/{name}/keys.
+type CreateKeyRequest struct {
+	Admin bool `json:"admin,omitempty"`
+}
+
+// KeyResponse carries a new API key; Key is shown only this once.
+type KeyResponse struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Key       string    `json:"key"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Worker is a host that runs sandboxes.
+type Worker struct {
+	ID        string `json:"id"`
+	Ready     bool   `json:"ready"`
+	Error     string `json:"error,omitempty"`
+	Sandboxes int    `json:"sandboxes"`
+}
+
+// WorkerList answers GET /v1/admin/workers.
+type WorkerList struct {
+	Workers []Worker `json:"workers"`
+}
+
+// Template is a root filesystem plus runtime defaults.
+type Template struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Digest    string          `json:"digest,omitempty"`
+	State     string          `json:"state"`
+	SizeBytes int64           `json:"size_bytes"`
+	Defaults  json.RawMessage `json:"defaults,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// TemplateList answers GET /v1/templates.
+type TemplateList struct {
+	Templates     []Template `json:"templates"`
+	NextPageToken string     `json:"next_page_token,omitempty"`
+}

@@ -1,0 +1,335 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const maxCommandTimeout = 7 * 24 * 3600
+
+func validateCommand(req *apiv1.CreateCommandRequest) error {
+	f := map[string]string{}
+	switch {
+	case len(req.Argv) == 0 && req.Shell == "":
+		f["argv"] = "one of argv and shell is required"
+	case len(req.Argv) > 0 && req.Shell != "":
+		f["shell"] = "give argv or shell, not both"
+	case len(req.Argv) > 0 && req.Argv[0] == "":
+		f["argv"] = "argv[0] must not be empty"
+	}
+	if req.Cwd != "" && !path.IsAbs(req.Cwd) {
+		f["cwd"] = "must be an absolute path"
+	}
+	validateEnv(req.Env, f)
+	if req.PTY != nil && (req.PTY.Rows < 1 || req.PTY.Rows > 1000 || req.PTY.Cols < 1 || req.PTY.Cols > 1000) {
+		f["pty"] = "rows and cols must be between 1 and 1000"
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxCommandTimeout {
+		f["timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxCommandTimeout)
+	}
+	if len(f) > 0 {
+		return invalid(f)
+	}
+	return nil
+}
+
+func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessSpec {
+	spec := agentproto.ProcessSpec{ID: id, Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
+		User: req.User, Stdin: req.Stdin, TimeoutSeconds: req.TimeoutSeconds}
+	if req.PTY != nil {
+		spec.PTY = &agentproto.PTY{Rows: uint16(req.PTY.Rows), Cols: uint16(req.PTY.Cols)}
+	}
+	return spec
+}
+
+// newCommand stores a command session in state created.
+func (s *Server) newCommand(ctx context.Context, sb *store.Sandbox, req *apiv1.CreateCommandRequest) (*store.Command, error) {
+	if err := requireState(sb, store.SandboxRunning); err != nil {
+		return nil, err
+	}
+	id := store.NewID(store.PrefixCommand)
+	spec, err := json.Marshal(processSpec(id, req))
+	if err != nil {
+		return nil, fmt.Errorf("encode command spec: %w", errdefs.ErrInternal)
+	}
+	c := &store.Command{ID: id, TenantID: sb.TenantID, SandboxID: sb.ID, Spec: spec,
+		State: store.CommandCreated, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateCommand(ctx, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *Server) createCommand(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateCommandRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := validateCommand(&req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := s.newCommand(r.Context(), sb, &req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, apiv1.CommandResponse{Command: toCommand(c)})
+}
+
+// command loads the sandbox and command named in the path.
+func (s *Server) command(r *http.Request) (*store.Sandbox, *store.Command, error) {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	cid := r.PathValue("cid")
+	if !validID(cid, store.PrefixCommand) {
+		return nil, nil, errdefs.New(errdefs.ErrNotFound, "command %q not found", cid)
+	}
+	c, err := s.store.GetCommand(r.Context(), sb.TenantID, sb.ID, cid)
+	if err != nil {
+		return nil, nil, notFoundAs(err, "command", cid)
+	}
+	return sb, c, nil
+}
+
+func (s *Server) cmdLock(id string) *sync.Mutex {
+	s.cmdMu.Lock()
+	defer s.cmdMu.Unlock()
+	l := s.cmdLocks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.cmdLocks[id] = l
+	}
+	return l
+}
+
+// ensureStarted starts a created command in the guest, once.
+func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.Command) (*store.Command, guestAgent, error) {
+	ag, err := s.agent(ctx, sb.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.State != store.CommandCreated {
+		return c, ag, nil
+	}
+	l := s.cmdLock(c.ID)
+	l.Lock()
+	defer l.Unlock()
+	c, err = s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID)
+	if err != nil || c.State != store.CommandCreated {
+		return c, ag, err
+	}
+	var spec agentproto.ProcessSpec
+	if err := json.Unmarshal(c.Spec, &spec); err != nil {
+		return nil, nil, fmt.Errorf("decode command spec: %w", errdefs.ErrInternal)
+	}
+	info, err := ag.Start(ctx, spec)
+	if errdefs.ClassOf(err) == errdefs.ErrConflict {
+		// Started already (by another control-plane process); adopt it.
+		info, err = ag.Get(ctx, c.ID)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	started := info.StartedAt.UTC()
+	if started.IsZero() {
+		started = time.Now().UTC()
+	}
+	c, err = s.store.UpdateCommand(context.WithoutCancel(ctx), c.ID, []store.CommandState{store.CommandCreated}, func(c *store.Command) error {
+		c.State, c.PID, c.StartedAt = store.CommandRunning, info.PID, &started
+		return nil
+	})
+	return c, ag, err
+}
+
+// recordExit stores how a command ended (first writer wins).
+func (s *Server) recordExit(ctx context.Context, id string, ex *agentproto.ExitStatus, seq uint64) {
+	raw, _ := json.Marshal(commandExit{ExitStatus: toExitStatus(ex), Seq: seq})
+	_, err := s.store.UpdateCommand(context.WithoutCancel(ctx), id,
+		[]store.CommandState{store.CommandCreated, store.CommandRunning}, func(c *store.Command) error {
+			c.State, c.Exit = store.CommandExited, raw
+			return nil
+		})
+	if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+		s.logger.Warn("record command exit", "command", id, "err", err)
+	}
+}
+
+// refresh asks the agent about a running command and records its exit.
+func (s *Server) refresh(ctx context.Context, sb *store.Sandbox, c *store.Command) *store.Command {
+	if c.State != store.CommandRunning || sb.State != store.SandboxRunning {
+		return c
+	}
+	ag, err := s.agent(ctx, sb.ID)
+	if err != nil {
+		return c
+	}
+	info, err := ag.Get(ctx, c.ID)
+	if err != nil || info.Exit == nil {
+		return c
+	}
+	s.recordExit(ctx, c.ID, info.Exit, info.LastSeq)
+	if fresh, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID); err == nil {
+		return fresh
+	}
+	return c
+}
+
+func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) {
+	sb, c, err := s.command(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, apiv1.CommandResponse{Command: toCommand(s.refresh(r.Context(), sb, c))})
+}
+
+func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	pr, err := pageRequest(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.store.ListCommands(r.Context(), store.CommandFilter{TenantID: sb.TenantID, SandboxID: sb.ID, PageRequest: pr})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.CommandList{Commands: []apiv1.Command{}, NextPageToken: page.NextPageToken}
+	for _, c := range page.Items {
+		out.Commands = append(out.Commands, toCommand(s.refresh(r.Context(), sb, c)))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// runningCommand loads a command that must be running in a running sandbox;
+// a created one is started first when start is set.
+func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, guestAgent, error) {
+	sb, c, err := s.command(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := requireState(sb, store.SandboxRunning); err != nil {
+		return nil, nil, err
+	}
+	if c.State == store.CommandCreated && start {
+		return s.ensureStarted(r.Context(), sb, c)
+	}
+	if c.State != store.CommandRunning {
+		return nil, nil, errdefs.New(errdefs.ErrConflict, "command %s is %s", c.ID, c.State).
+			WithDetails(map[string]any{"state": string(c.State)})
+	}
+	ag, err := s.agent(r.Context(), sb.ID)
+	return c, ag, err
+}
+
+func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) {
+	eof := r.URL.Query().Get("eof")
+	if eof != "" && eof != "true" && eof != "false" {
+		s.writeError(w, r, invalid(map[string]string{"eof": "must be true or false"}))
+		return
+	}
+	c, ag, err := s.runningCommand(r, true)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var spec agentproto.ProcessSpec
+	_ = json.Unmarshal(c.Spec, &spec)
+	if !spec.Stdin && spec.PTY == nil {
+		s.writeError(w, r, errdefs.New(errdefs.ErrFailedPrecondition, "command %s was created without stdin", c.ID))
+		return
+	}
+	buf := make([]byte, agentproto.MaxStdinChunk)
+	for {
+		n, rerr := io.ReadFull(r.Body, buf)
+		if n > 0 {
+			if err := ag.Stdin(r.Context(), c.ID, buf[:n], false); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			s.writeError(w, r, bodyError(rerr))
+			return
+		}
+	}
+	if eof == "true" {
+		if err := ag.Stdin(r.Context(), c.ID, nil, true); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) commandSignal(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.SignalRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Signal == "" || len(req.Signal) > 16 {
+		s.writeError(w, r, invalid(map[string]string{"signal": `required, e.g. "SIGTERM"`}))
+		return
+	}
+	c, ag, err := s.runningCommand(r, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := ag.Signal(r.Context(), c.ID, req.Signal); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) commandResize(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.ResizeRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Rows < 1 || req.Rows > 1000 || req.Cols < 1 || req.Cols > 1000 {
+		s.writeError(w, r, invalid(map[string]string{"rows": "rows and cols must be between 1 and 1000"}))
+		return
+	}
+	c, ag, err := s.runningCommand(r, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := ag.Resize(r.Context(), c.ID, uint16(req.Rows), uint16(req.Cols)); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,127 @@
+package api
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// statusOf is the one place an errdefs class becomes an HTTP status.
+func statusOf(c *errdefs.Class) int {
+	switch c {
+	case errdefs.ErrInvalidArgument:
+		return http.StatusBadRequest
+	case errdefs.ErrUnauthenticated:
+		return http.StatusUnauthorized
+	case errdefs.ErrPermissionDenied:
+		return http.StatusForbidden
+	case errdefs.ErrNotFound:
+		return http.StatusNotFound
+	case errdefs.ErrConflict, errdefs.ErrAborted:
+		return http.StatusConflict
+	case errdefs.ErrFailedPrecondition:
+		return http.StatusPreconditionFailed
+	case errdefs.ErrPayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case errdefs.ErrResourceExhausted:
+		return http.StatusTooManyRequests
+	case errdefs.ErrUnavailable:
+		return http.StatusServiceUnavailable
+	case errdefs.ErrDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case errdefs.ErrCancelled:
+		return 499 // client closed request; never seen by a client that is gone
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// genericMessage is what a tenant reads when the error carries no public message.
+func genericMessage(c *errdefs.Class) string {
+	switch c {
+	case errdefs.ErrInvalidArgument:
+		return "invalid argument"
+	case errdefs.ErrUnauthenticated:
+		return "missing or invalid API key"
+	case errdefs.ErrPermissionDenied:
+		return "permission denied"
+	case errdefs.ErrNotFound:
+		return "not found"
+	case errdefs.ErrConflict:
+		return "conflict with the current state"
+	case errdefs.ErrFailedPrecondition:
+		return "precondition failed"
+	case errdefs.ErrPayloadTooLarge:
+		return "payload too large"
+	case errdefs.ErrResourceExhausted:
+		return "resource exhausted"
+	case errdefs.ErrUnavailable:
+		return "service unavailable, retry later"
+	case errdefs.ErrAborted:
+		return "aborted"
+	case errdefs.ErrDeadlineExceeded:
+		return "deadline exceeded"
+	case errdefs.ErrCancelled:
+		return "cancelled"
+	default:
+		return "internal error"
+	}
+}
+
+// ErrorBody is the body of every non-2xx answer.
+type ErrorBody struct {
+	Error ErrorInfo `json:"error"`
+}
+
+// ErrorInfo is the error object of an ErrorBody.
+type ErrorInfo struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// errorInfo turns err into what a tenant may see: the public message and
+// details when err carries an errdefs.Public, otherwise a generic message.
+func errorInfo(err error) (int, ErrorInfo) {
+	var pub *errdefs.Public
+	if errors.As(err, &pub) && pub.Class != nil {
+		return statusOf(pub.Class), ErrorInfo{Code: pub.Class.Code(), Message: pub.Message, Details: pub.Details}
+	}
+	c := errdefs.ClassOf(err)
+	return statusOf(c), ErrorInfo{Code: c.Code(), Message: genericMessage(c)}
+}
+
+// writeError answers err and logs its cause with the request id.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, info := errorInfo(err)
+	log := s.log(r)
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	log.Log(r.Context(), level, "request failed", "status", status, "code", info.Code, "err", causeString(err))
+	writeJSON(w, status, ErrorBody{Error: info})
+}
+
+// causeString renders err including the internal cause of a Public error,
+// which Error() deliberately hides. For logs only.
+func causeString(err error) string {
+	var pub *errdefs.Public
+	if errors.As(err, &pub) && pub.Cause != nil {
+		return err.Error() + ": " + pub.Cause.Error()
+	}
+	return err.Error()
+}
+
+// invalid builds a 400 with a field -> reason map in details.fields.
+func invalid(fields map[string]string) error {
+	msg := "invalid request"
+	if len(fields) == 1 {
+		for f, why := range fields {
+			msg = f + ": " + why
+		}
+	}
+	return errdefs.New(errdefs.ErrInvalidArgument, "%s", msg).WithDetails(map[string]any{"fields": fields})
+}

@@ -1,0 +1,244 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// toEvent converts an agent event into the API's.
+func toEvent(e agentproto.Event) apiv1.Event {
+	out := apiv1.Event{Seq: e.Seq, Type: e.Type}
+	if !e.Time.IsZero() {
+		t := e.Time.UTC()
+		out.Time = &t
+	}
+	switch e.Type {
+	case agentproto.EventStarted:
+		out.PID = e.PID
+	case agentproto.EventStdout, agentproto.EventStderr:
+		if utf8.Valid(e.Data) {
+			s := string(e.Data)
+			out.Data = &s
+		} else {
+			out.DataB64 = e.Data
+		}
+	case agentproto.EventGap:
+		out.LostBytes = e.LostBytes
+	case agentproto.EventExit:
+		if e.Exit != nil {
+			ex := toExitStatus(e.Exit)
+			out.ExitCode, out.Signal, out.Reason = ex.ExitCode, ex.Signal, ex.Reason
+		}
+	}
+	return out
+}
+
+// eventWriter writes events as NDJSON or SSE and flushes each one.
+type eventWriter struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	sse bool
+}
+
+func newEventWriter(w http.ResponseWriter, r *http.Request) *eventWriter {
+	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	h := w.Header()
+	if sse {
+		h.Set("Content-Type", "text/event-stream")
+	} else {
+		h.Set("Content-Type", "application/x-ndjson")
+	}
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	ew := &eventWriter{w: w, rc: http.NewResponseController(w), sse: sse}
+	ew.flush()
+	return ew
+}
+
+func (ew *eventWriter) flush() error {
+	err := ew.rc.Flush()
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil
+	}
+	return err
+}
+
+func (ew *eventWriter) event(e apiv1.Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	var buf []byte
+	if ew.sse {
+		if e.Seq > 0 {
+			buf = append(buf, "id: "+strconv.FormatUint(e.Seq, 10)+"\n"...)
+		}
+		buf = append(buf, "data: "...)
+		buf = append(buf, b...)
+		buf = append(buf, "\n\n"...)
+	} else {
+		buf = append(b, '\n')
+	}
+	if _, err := ew.w.Write(buf); err != nil {
+		return err
+	}
+	return ew.flush()
+}
+
+func (ew *eventWriter) heartbeat() error {
+	var err error
+	if ew.sse {
+		_, err = io.WriteString(ew.w, ": heartbeat\n\n")
+	} else {
+		_, err = io.WriteString(ew.w, `{"type":"heartbeat"}`+"\n")
+	}
+	if err != nil {
+		return err
+	}
+	return ew.flush()
+}
+
+// afterParam reads ?after=, or SSE's Last-Event-ID when after is absent.
+func afterParam(r *http.Request) (uint64, error) {
+	v := r.URL.Query().Get("after")
+	if v == "" {
+		v = r.Header.Get("Last-Event-ID")
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, invalid(map[string]string{"after": "must be a non-negative integer (an event seq)"})
+	}
+	return n, nil
+}
+
+type nextResult struct {
+	ev  agentproto.Event
+	err error
+}
+
+// commandEvents streams a command's events, starting it on the first attach.
+func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
+	after, err := afterParam(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, c, err := s.command(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	if c.State == store.CommandExited && sb.State != store.SandboxRunning {
+		// The guest is gone; what the store kept is all there is.
+		ew := newEventWriter(w, r)
+		if ex, ok := decodeExit(c); ok && (ex.Seq == 0 || ex.Seq > after) {
+			ew.event(exitEvent(ex, after))
+		}
+		return
+	}
+	if err := requireState(sb, store.SandboxRunning); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, ag, err := s.ensureStarted(ctx, sb, c)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	stream, err := ag.Events(ctx, c.ID, after)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer stream.Close()
+	ew := newEventWriter(w, r)
+
+	next := make(chan nextResult)
+	go func() {
+		for {
+			ev, err := stream.Next()
+			select {
+			case next <- nextResult{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	idle := time.NewTimer(s.cfg.Heartbeat)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-idle.C:
+			if ew.heartbeat() != nil {
+				return
+			}
+			idle.Reset(s.cfg.Heartbeat)
+		case n := <-next:
+			if n.err != nil {
+				s.endStream(r, ew, sb, c.ID, n.err)
+				return
+			}
+			if n.ev.Type == agentproto.EventExit && n.ev.Exit != nil {
+				s.recordExit(ctx, c.ID, n.ev.Exit, n.ev.Seq)
+			}
+			if ew.event(toEvent(n.ev)) != nil {
+				return
+			}
+			if n.ev.Type == agentproto.EventExit {
+				return
+			}
+			idle.Reset(s.cfg.Heartbeat)
+		}
+	}
+}
+
+// endStream ends a stream the agent side closed before an exit event: when
+// the sandbox meanwhile went away the stored exit is sent, otherwise an
+// error event (a closed stream alone never says how a command ended).
+func (s *Server) endStream(r *http.Request, ew *eventWriter, sb *store.Sandbox, cid string, cause error) {
+	ctx := r.Context()
+	if c, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, cid); err == nil {
+		if ex, ok := decodeExit(c); ok {
+			ew.event(exitEvent(ex, 0))
+			return
+		}
+	}
+	if errors.Is(cause, io.EOF) {
+		cause = errors.New("event stream ended without an exit event")
+	}
+	s.log(r).Warn("command event stream broke", "command", cid, "err", causeString(cause))
+	_, info := errorInfo(cause)
+	if info.Code == "internal" {
+		info.Message = "the event stream was interrupted; reattach with after= the last seq"
+	}
+	ew.event(apiv1.Event{Type: apiv1.EventError, Code: info.Code, Message: info.Message})
+}
+
+func exitEvent(ex commandExit, after uint64) apiv1.Event {
+	seq := ex.Seq
+	if seq == 0 {
+		seq = after + 1
+	}
+	return apiv1.Event{Seq: seq, Type: apiv1.EventExit, Time: ex.EndedAt,
+		ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: ex.Reason}
+}

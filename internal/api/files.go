@@ -1,0 +1,166 @@
+package api
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// fileTarget validates ?path= (absolute) and ?format= and returns the
+// running sandbox's agent.
+func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
+	q := r.URL.Query()
+	p := q.Get("path")
+	f := map[string]string{}
+	switch {
+	case p == "":
+		f["path"] = "required"
+	case !path.IsAbs(p):
+		f["path"] = "must be an absolute path"
+	case strings.ContainsRune(p, 0) || len(p) > 4096:
+		f["path"] = "invalid path"
+	}
+	format := q.Get("format")
+	if format != "" && format != "tar" && format != "raw" {
+		f["format"] = `must be "raw" or "tar"`
+	}
+	if len(f) > 0 {
+		return nil, "", false, invalid(f)
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		return nil, "", false, err
+	}
+	if err := requireState(sb, store.SandboxRunning); err != nil {
+		return nil, "", false, err
+	}
+	ag, err := s.agent(r.Context(), sb.ID)
+	return ag, path.Clean(p), format == "tar", err
+}
+
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
+	var mode uint64 = 0o644
+	if v := r.URL.Query().Get("mode"); v != "" {
+		m, err := strconv.ParseUint(v, 8, 32)
+		if err != nil || m > 0o7777 {
+			s.writeError(w, r, invalid(map[string]string{"mode": `must be octal permission bits such as "0644"`}))
+			return
+		}
+		mode = m
+	}
+	ag, p, tar, err := s.fileTarget(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if tar {
+		if err := ag.TarIn(r.Context(), p, r.Body); err != nil {
+			s.writeError(w, r, s.uploadError(err))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	info, err := ag.WriteFile(r.Context(), p, uint32(mode), r.Body)
+	if err != nil {
+		s.writeError(w, r, s.uploadError(err))
+		return
+	}
+	info.Name = path.Base(p)
+	writeJSON(w, http.StatusOK, toFileInfo(info))
+}
+
+// uploadError prefers the body limit's 413 over whatever the agent made of
+// the cut-off stream.
+func (s *Server) uploadError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return bodyError(mbe)
+	}
+	return err
+}
+
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
+	ag, p, tar, err := s.fileTarget(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var body io.ReadCloser
+	if tar {
+		body, err = ag.TarOut(r.Context(), p)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-tar")
+	} else {
+		info, rc, err := ag.ReadFile(r.Context(), p)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		body = rc
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("X-File-Mode", toFileInfo(info).Mode)
+		if !info.MTime.IsZero() {
+			w.Header().Set("Last-Modified", info.MTime.UTC().Format(http.TimeFormat))
+		}
+	}
+	defer body.Close()
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, body); err != nil {
+		// Headers are gone; a cut-off body is all a client can be told.
+		s.log(r).Warn("file download interrupted", "err", err)
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	ag, p, _, err := s.fileTarget(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	entries, err := ag.ListDir(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := []apiv1.FileInfo{}
+	for _, e := range entries {
+		out = append(out, toFileInfo(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
+	rec := r.URL.Query().Get("recursive")
+	if rec != "" && rec != "true" && rec != "false" {
+		s.writeError(w, r, invalid(map[string]string{"recursive": "must be true or false"}))
+		return
+	}
+	ag, p, _, err := s.fileTarget(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if p == "/" {
+		s.writeError(w, r, errdefs.New(errdefs.ErrInvalidArgument, "refusing to delete /").
+			WithDetails(map[string]any{"fields": map[string]string{"path": "must not be /"}}))
+		return
+	}
+	if err := ag.Delete(r.Context(), p, rec == "true"); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

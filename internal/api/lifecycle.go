@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// teardownTimeout bounds cleanup that must run even when the operation's
+// context is cancelled.
+const teardownTimeout = 2 * time.Minute
+
+// agent returns the guest agent of a sandbox.
+func (s *Server) agent(ctx context.Context, sandboxID string) (guestAgent, error) {
+	if s.agentFor != nil {
+		return s.agentFor(ctx, sandboxID)
+	}
+	c, err := s.worker.Agent(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return clientAgent{c}, nil
+}
+
+// runCreate is the "create" operation: boot the sandbox on the worker and
+// move it creating -> running, or -> failed with everything cleaned up.
+func (s *Server) runCreate(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
+	log := s.logger.With("op", op.ID, "sandbox", op.Target)
+	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != store.SandboxCreating {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not creating", sb.ID, sb.State)
+	}
+	report(ctx, "booting", 10)
+	spec := worker.SandboxSpec{ID: sb.ID, Template: sb.Template, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
+		DiskMiB: sb.DiskMiB, Env: sb.Env, Hostname: sb.ID}
+	_, cerr := s.worker.CreateSandbox(ctx, spec)
+	if cerr == nil {
+		sb, err = s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sb.ID,
+			[]store.SandboxState{store.SandboxCreating}, store.SandboxRunning, nil)
+		if err == nil {
+			log.Info("sandbox running")
+			return toSandbox(sb), nil
+		}
+		cerr = fmt.Errorf("mark sandbox running: %w", err)
+	}
+	log.Warn("sandbox create failed", "err", causeString(cerr))
+	s.failSandbox(ctx, sb.ID, cerr, store.SandboxCreating)
+	return nil, cerr
+}
+
+// failSandbox tears a sandbox's VM down and records it failed with the
+// tenant-safe form of cause. Commands still running end with reason "lost".
+func (s *Server) failSandbox(ctx context.Context, id string, cause error, from ...store.SandboxState) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	log := s.logger.With("sandbox", id)
+	if err := s.worker.DeleteSandbox(ctx, id); err != nil {
+		log.Error("clean up failed sandbox", "err", err)
+	}
+	s.endCommands(ctx, id, agentproto.ReasonLost, nil)
+	info := operation.PublicError(cause)
+	if _, err := s.store.TransitionSandbox(ctx, store.AnyTenant, id, from, store.SandboxFailed, func(sb *store.Sandbox) error {
+		sb.LastError = info
+		return nil
+	}); err != nil {
+		log.Error("mark sandbox failed", "err", err)
+	}
+}
+
+// runDelete is the "delete" operation. The request already moved the
+// sandbox to deleting; this ends its commands, stops the VM and marks it
+// deleted. It runs to the end even when cancelled: a half-deleted sandbox
+// helps no one.
+func (s *Server) runDelete(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	log := s.logger.With("op", op.ID, "sandbox", op.Target)
+	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != store.SandboxDeleting {
+		return nil, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", sb.ID, sb.State).
+			WithDetails(map[string]any{"state": string(sb.State)})
+	}
+	report(ctx, "stopping", 30)
+	// Ask the agent how each process stands, so commands that ended keep
+	// their real exit and the others' exit event gets the next sequence number.
+	var procs map[string]agentproto.ProcessInfo
+	if ag, err := s.agent(ctx, sb.ID); err == nil {
+		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+		if list, err := ag.List(lctx); err == nil {
+			procs = map[string]agentproto.ProcessInfo{}
+			for _, p := range list {
+				procs[p.ID] = p
+			}
+		}
+		lcancel()
+	}
+	s.endCommands(ctx, sb.ID, agentproto.ReasonSandboxDeleted, procs)
+	if err := s.worker.DeleteSandbox(ctx, sb.ID); err != nil {
+		return nil, fmt.Errorf("delete sandbox %s on the worker: %w", sb.ID, err)
+	}
+	sb, err = s.store.TransitionSandbox(ctx, store.AnyTenant, sb.ID,
+		[]store.SandboxState{store.SandboxDeleting}, store.SandboxDeleted, nil)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("sandbox deleted")
+	return toSandbox(sb), nil
+}
+
+// endCommands records every command of the sandbox that has not ended as
+// ended with reason. Commands that never started end the same way.
+func (s *Server) endCommands(ctx context.Context, sandboxID, reason string, procs map[string]agentproto.ProcessInfo) {
+	f := store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}
+	f.PageSize = store.MaxPageSize
+	now := time.Now().UTC()
+	for {
+		page, err := s.store.ListCommands(ctx, f)
+		if err != nil {
+			s.logger.Error("list commands to end", "sandbox", sandboxID, "err", err)
+			return
+		}
+		for _, c := range page.Items {
+			if c.State == store.CommandExited {
+				continue
+			}
+			ex := commandExit{ExitStatus: apiv1.ExitStatus{Reason: reason, EndedAt: &now}, Seq: procs[c.ID].LastSeq + 1}
+			if p, ok := procs[c.ID]; ok && p.Exit != nil {
+				ex = commandExit{ExitStatus: toExitStatus(p.Exit), Seq: p.LastSeq}
+			}
+			raw, _ := json.Marshal(ex)
+			_, err := s.store.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandCreated, store.CommandRunning},
+				func(c *store.Command) error {
+					c.State = store.CommandExited
+					c.Exit = raw
+					return nil
+				})
+			if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+				s.logger.Error("end command", "command", c.ID, "err", err)
+			}
+		}
+		if page.NextPageToken == "" {
+			return
+		}
+		f.PageToken = page.NextPageToken
+	}
+}

@@ -1,0 +1,180 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+type ctxKey int
+
+const requestIDKey ctxKey = 0
+
+// requestID returns the request's id (set by the base middleware).
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// principal returns who is calling; set by the auth middleware on /v1 routes.
+func principal(ctx context.Context) auth.Principal {
+	p, _ := auth.FromContext(ctx)
+	return p
+}
+
+func (s *Server) log(r *http.Request) *slog.Logger {
+	return s.logger.With("request_id", requestID(r.Context()))
+}
+
+// statusWriter records what a handler answered, for logs and metrics. It
+// passes Flush through and unwraps for http.ResponseController.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// validRequestID accepts a caller's X-Request-Id only when it is short and
+// plain, so it can go into logs and headers verbatim.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// base wraps the whole mux: request id, panic recovery, access log and the
+// latency histogram (labelled with the matched route pattern).
+func (s *Server) base(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get("X-Request-Id")
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		w.Header().Set("X-Request-Id", id)
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log(r).Error("panic in handler", "panic", v, "stack", string(debug.Stack()))
+				if sw.status == 0 {
+					s.writeError(sw, r, errdefs.ErrInternal)
+				}
+			}
+			route := r.Pattern
+			if route == "" {
+				route = "unmatched"
+			}
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			d := time.Since(start)
+			s.metrics.RequestDuration.WithLabelValues(route, r.Method, strconv.Itoa(status)).Observe(d.Seconds())
+			s.log(r).Info("http", "method", r.Method, "path", r.URL.Path, "route", route,
+				"status", status, "bytes", sw.bytes, "duration_ms", d.Milliseconds(),
+				"tenant", principal(r.Context()).TenantID)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// authLevel says who may call a route.
+type authLevel int
+
+const (
+	authNone authLevel = iota
+	authTenant
+	authAdmin
+)
+
+// authenticate resolves the bearer key into a principal on the request context.
+func (s *Server) authenticate(level authLevel, next http.HandlerFunc) http.HandlerFunc {
+	if level == authNone {
+		return next
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := auth.TokenFromHeader(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="space"`)
+			s.writeError(w, r, errdefs.New(errdefs.ErrUnauthenticated, "missing bearer API key"))
+			return
+		}
+		p, err := s.auth.Authenticate(r.Context(), token)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="space"`)
+			s.writeError(w, r, err)
+			return
+		}
+		ctx := auth.WithPrincipal(r.Context(), p)
+		if level == authAdmin && !p.Admin {
+			*r = *r.WithContext(ctx)
+			s.writeError(w, r, errdefs.New(errdefs.ErrPermissionDenied, "this route needs an admin API key"))
+			return
+		}
+		// Let the access log (which runs outside) see the tenant too.
+		*r = *r.WithContext(ctx)
+		next(w, r)
+	}
+}
+
+// limitBody caps the request body; reads past the limit fail with a
+// MaxBytesError that bodyError turns into 413.
+func (s *Server) limitBody(limit int64, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			s.writeError(w, r, bodyError(&http.MaxBytesError{Limit: limit}))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		next(w, r)
+	}
+}

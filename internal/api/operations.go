@@ -1,0 +1,91 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// parseWait reads ?wait= as a Go duration ("30s") or whole seconds ("30").
+func (s *Server) parseWait(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, err2 := strconv.Atoi(v)
+		if err2 != nil {
+			return 0, invalid(map[string]string{"wait": `must be a duration such as "30s"`})
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 {
+		return 0, invalid(map[string]string{"wait": "must not be negative"})
+	}
+	return min(d, s.cfg.MaxWait), nil
+}
+
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	wait, err := s.parseWait(r.URL.Query().Get("wait"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !validID(id, store.PrefixOperation) {
+		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "operation %q not found", id))
+		return
+	}
+	op, err := s.ops.Wait(r.Context(), principal(r.Context()).TenantID, id, wait)
+	if err != nil {
+		s.writeError(w, r, notFoundAs(err, "operation", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, toOperation(op))
+}
+
+func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
+	pr, err := pageRequest(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.store.ListOperations(r.Context(), store.OperationFilter{
+		TenantID: principal(r.Context()).TenantID, Target: r.URL.Query().Get("target"), PageRequest: pr,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.OperationList{Operations: []apiv1.Operation{}, NextPageToken: page.NextPageToken}
+	for _, op := range page.Items {
+		out.Operations = append(out.Operations, toOperation(op))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) cancelOperation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !validID(id, store.PrefixOperation) {
+		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "operation %q not found", id))
+		return
+	}
+	op, err := s.ops.Cancel(r.Context(), principal(r.Context()).TenantID, id)
+	if err != nil {
+		s.writeError(w, r, notFoundAs(err, "operation", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, toOperation(op))
+}
+
+// notFoundAs gives a store's not-found a public message naming the object.
+func notFoundAs(err error, kind, id string) error {
+	if errdefs.ClassOf(err) == errdefs.ErrNotFound {
+		return errdefs.New(errdefs.ErrNotFound, "%s %q not found", kind, id).WithCause(err)
+	}
+	return err
+}

@@ -1,0 +1,145 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// Reconcile makes the store and the worker agree after a start: run it after
+// the operation engine's Recover. Sandboxes left creating fail (their create
+// was interrupted), deleting ones get a fresh delete operation, running ones
+// the worker no longer runs fail with their commands lost, and VMs the store
+// does not know as live are deleted.
+func (s *Server) Reconcile(ctx context.Context) error {
+	vms, err := s.worker.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	onWorker := map[string]worker.SandboxStatus{}
+	for _, v := range vms {
+		onWorker[v.ID] = v
+	}
+	live := map[string]bool{}
+	err = s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant,
+		ExcludeStates: []store.SandboxState{store.SandboxDeleted, store.SandboxFailed}}, func(sb *store.Sandbox) {
+		log := s.logger.With("sandbox", sb.ID, "state", sb.State)
+		vm, ok := onWorker[sb.ID]
+		switch {
+		case sb.State == store.SandboxCreating:
+			log.Warn("reconcile: create was interrupted")
+			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrAborted, "sandbox creation was interrupted by a server restart"), store.SandboxCreating)
+		case sb.State == store.SandboxDeleting:
+			log.Warn("reconcile: resuming delete")
+			live[sb.ID] = true // the delete operation removes it
+			if _, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpDelete, Target: sb.ID}, nil); err != nil {
+				log.Error("reconcile: resubmit delete", "err", err)
+			}
+		case !ok || vm.State == worker.VMStopped:
+			log.Warn("reconcile: VM is gone")
+			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly"), sb.State)
+		default:
+			live[sb.ID] = true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for id := range onWorker {
+		if !live[id] {
+			s.logger.Warn("reconcile: deleting VM the store does not know as live", "sandbox", id)
+			if err := s.worker.DeleteSandbox(ctx, id); err != nil {
+				s.logger.Error("reconcile: delete orphan VM", "sandbox", id, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// eachSandbox calls fn for every sandbox the filter selects, page by page.
+func (s *Server) eachSandbox(ctx context.Context, f store.SandboxFilter, fn func(*store.Sandbox)) error {
+	f.PageSize = store.MaxPageSize
+	for {
+		page, err := s.store.ListSandboxes(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, sb := range page.Items {
+			fn(sb)
+		}
+		if page.NextPageToken == "" {
+			return nil
+		}
+		f.PageToken = page.NextPageToken
+	}
+}
+
+// Run does the API's background work until ctx ends: it fails sandboxes
+// whose VM stopped on its own (worker exits), deletes expired sandboxes and
+// prunes old idempotency records.
+func (s *Server) Run(ctx context.Context) {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	lastPrune := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ex, ok := <-s.worker.Exits():
+			if !ok {
+				return
+			}
+			s.handleExit(ctx, ex)
+		case now := <-tick.C:
+			s.expire(ctx, now)
+			if now.Sub(lastPrune) > time.Hour {
+				lastPrune = now
+				if n, err := s.store.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
+					s.logger.Warn("prune idempotency records", "err", err)
+				} else if n > 0 {
+					s.logger.Info("pruned idempotency records", "count", n)
+				}
+			}
+		}
+	}
+}
+
+// handleExit fails a sandbox whose VM died; its commands end "lost".
+func (s *Server) handleExit(ctx context.Context, ex worker.Exit) {
+	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, ex.SandboxID)
+	if err != nil {
+		s.logger.Warn("VM exit of unknown sandbox", "sandbox", ex.SandboxID, "err", err)
+		return
+	}
+	switch sb.State {
+	case store.SandboxRunning, store.SandboxPausing, store.SandboxPaused, store.SandboxSuspending, store.SandboxWaking:
+		s.logger.Error("sandbox VM stopped unexpectedly", "sandbox", sb.ID, "err", ex.Err)
+		s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly").WithCause(ex.Err), sb.State)
+	default:
+		// creating: the create operation reports the failure itself;
+		// deleting, deleted, failed: expected.
+	}
+}
+
+// expire submits a delete for every sandbox past its expires_at.
+func (s *Server) expire(ctx context.Context, now time.Time) {
+	err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: deletable}, func(sb *store.Sandbox) {
+		if sb.ExpiresAt == nil || sb.ExpiresAt.After(now) {
+			return
+		}
+		op, err := s.submitDelete(ctx, sb.TenantID, sb.ID)
+		if err != nil {
+			if errdefs.ClassOf(err) != errdefs.ErrConflict {
+				s.logger.Error("expire sandbox", "sandbox", sb.ID, "err", err)
+			}
+			return
+		}
+		s.logger.Info("sandbox expired", "sandbox", sb.ID, "op", op.ID)
+	})
+	if err != nil {
+		s.logger.Warn("expiry scan", "err", err)
+	}
+}

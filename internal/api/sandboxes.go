@@ -1,0 +1,340 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+var (
+	metadataKeyRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$`)
+	envKeyRE       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+	templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,62}$`)
+	digestRE       = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)
+
+const (
+	maxMetadata       = 64
+	maxMetadataValue  = 256
+	maxEnv            = 256
+	maxEnvValue       = 32 << 10
+	maxTimeoutSeconds = 30 * 24 * 3600
+)
+
+// validateEnv checks environment variable names and sizes into fields.
+func validateEnv(env map[string]string, fields map[string]string) {
+	if len(env) > maxEnv {
+		fields["env"] = fmt.Sprintf("at most %d variables", maxEnv)
+	}
+	for k, v := range env {
+		if !envKeyRE.MatchString(k) {
+			fields["env."+k] = "must be a name of letters, digits and _ not starting with a digit"
+		} else if len(v) > maxEnvValue || strings.ContainsRune(v, 0) {
+			fields["env."+k] = "value too long or holds a NUL byte"
+		}
+	}
+}
+
+func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
+	f := map[string]string{}
+	name, digest, _ := strings.Cut(req.Template, "@")
+	switch {
+	case req.Template == "":
+		f["template"] = "required"
+	case !templateNameRE.MatchString(name):
+		f["template"] = "must be a template name, optionally followed by @sha256:<digest>"
+	case strings.Contains(req.Template, "@") && !digestRE.MatchString(digest):
+		f["template"] = "the digest must be sha256:<64 hex digits>"
+	}
+	if req.VCPUs < 0 || req.VCPUs > s.cfg.MaxVCPUs {
+		f["vcpus"] = fmt.Sprintf("must be between 1 and %d", s.cfg.MaxVCPUs)
+	}
+	if req.MemoryMiB != 0 && (req.MemoryMiB < 128 || req.MemoryMiB > s.cfg.MaxMemoryMiB) {
+		f["memory_mib"] = fmt.Sprintf("must be between 128 and %d", s.cfg.MaxMemoryMiB)
+	}
+	if req.DiskMiB != 0 && (req.DiskMiB < 64 || req.DiskMiB > s.cfg.MaxDiskMiB) {
+		f["disk_mib"] = fmt.Sprintf("must be between 64 and %d", s.cfg.MaxDiskMiB)
+	}
+	validateEnv(req.Env, f)
+	if len(req.Metadata) > maxMetadata {
+		f["metadata"] = fmt.Sprintf("at most %d entries", maxMetadata)
+	}
+	for k, v := range req.Metadata {
+		if !metadataKeyRE.MatchString(k) {
+			f["metadata."+k] = "keys are 1-63 characters of letters, digits and _ . - /"
+		} else if len(v) > maxMetadataValue {
+			f["metadata."+k] = fmt.Sprintf("values are at most %d bytes", maxMetadataValue)
+		}
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxTimeoutSeconds {
+		f["timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxTimeoutSeconds)
+	}
+	if req.IdleTimeoutSeconds < 0 || req.IdleTimeoutSeconds > maxTimeoutSeconds {
+		f["idle_timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxTimeoutSeconds)
+	}
+	if len(req.Network) > 0 && string(req.Network) != "null" {
+		f["network"] = "network policies are not supported by this server yet (egress is denied)"
+	}
+	if req.FromCheckpoint != "" {
+		f["from_checkpoint"] = "checkpoints are not supported by this server yet"
+	}
+	if len(f) > 0 {
+		return invalid(f)
+	}
+	return nil
+}
+
+// resolveTemplate returns the template's name and digest. A template the
+// store does not know by name is passed to the worker as is (the worker's
+// built-in images predate the template store); a digest must be known.
+func (s *Server) resolveTemplate(ctx context.Context, ref string) (name, digest string, err error) {
+	name, digest, _ = strings.Cut(ref, "@")
+	t, err := s.store.GetTemplateByName(ctx, name, digest)
+	switch {
+	case err == nil:
+		if t.State != store.TemplateReady {
+			return "", "", errdefs.New(errdefs.ErrFailedPrecondition, "template %q is not ready (state %s)", ref, t.State).
+				WithDetails(map[string]any{"template": ref, "state": string(t.State)})
+		}
+		return t.Name, t.Digest, nil
+	case errdefs.ClassOf(err) == errdefs.ErrNotFound && digest == "":
+		return name, "", nil
+	case errdefs.ClassOf(err) == errdefs.ErrNotFound:
+		return "", "", errdefs.New(errdefs.ErrNotFound, "template %q not found", ref).WithCause(err)
+	}
+	return "", "", err
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateSandboxRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.validateCreate(&req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	name, digest, err := s.resolveTemplate(ctx, req.Template)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := time.Now().UTC()
+	sb := &store.Sandbox{
+		ID: store.NewID(store.PrefixSandbox), TenantID: principal(ctx).TenantID,
+		Template: name, TemplateDigest: digest, State: store.SandboxCreating,
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, DiskMiB: req.DiskMiB,
+		Env: req.Env, Metadata: req.Metadata, Worker: s.cfg.WorkerID,
+		TimeoutSeconds: req.TimeoutSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
+		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
+	}
+	if sb.VCPUs == 0 {
+		sb.VCPUs = s.cfg.DefaultVCPUs
+	}
+	if sb.MemoryMiB == 0 {
+		sb.MemoryMiB = s.cfg.DefaultMemoryMiB
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	if req.TimeoutSeconds > 0 {
+		exp := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpCreate, Target: sb.ID},
+		func(ctx context.Context, tx store.Store) error { return tx.CreateSandbox(ctx, sb) })
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("sandbox create submitted", "sandbox", sb.ID, "op", op.ID, "template", req.Template)
+	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: toSandbox(sb), Operation: toOperation(op)})
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	pr, err := pageRequest(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	f := store.SandboxFilter{TenantID: principal(r.Context()).TenantID, PageRequest: pr}
+	bad := map[string]string{}
+	for key, vals := range r.URL.Query() {
+		switch {
+		case key == "state":
+			for _, v := range vals {
+				for _, st := range strings.Split(v, ",") {
+					if !knownSandboxState(st) {
+						bad["state"] = "unknown state " + fmt.Sprintf("%q", st)
+						continue
+					}
+					f.States = append(f.States, store.SandboxState(st))
+				}
+			}
+		case strings.HasPrefix(key, "metadata."):
+			if f.Metadata == nil {
+				f.Metadata = map[string]string{}
+			}
+			f.Metadata[strings.TrimPrefix(key, "metadata.")] = vals[len(vals)-1]
+		case key == "page_size" || key == "page_token":
+		default:
+			bad[key] = "unknown query parameter"
+		}
+	}
+	if len(bad) > 0 {
+		s.writeError(w, r, invalid(bad))
+		return
+	}
+	if len(f.States) == 0 {
+		// Deleted sandboxes are listed only when asked for by state.
+		f.ExcludeStates = []store.SandboxState{store.SandboxDeleted}
+	}
+	page, err := s.store.ListSandboxes(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.SandboxList{Sandboxes: []apiv1.Sandbox{}, NextPageToken: page.NextPageToken}
+	for _, sb := range page.Items {
+		out.Sandboxes = append(out.Sandboxes, toSandbox(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func knownSandboxState(st string) bool {
+	for _, k := range allSandboxStates {
+		if string(k) == st {
+			return true
+		}
+	}
+	return false
+}
+
+// sandbox loads the caller's sandbox named in the path.
+func (s *Server) sandbox(r *http.Request) (*store.Sandbox, error) {
+	id := r.PathValue("id")
+	if !validID(id, store.PrefixSandbox) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %q not found", id)
+	}
+	sb, err := s.store.GetSandbox(r.Context(), principal(r.Context()).TenantID, id)
+	if err != nil {
+		return nil, notFoundAs(err, "sandbox", id)
+	}
+	return sb, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+// deletable are the states DELETE accepts. A sandbox still being created or
+// in another transition gets 409 and can be deleted once that ends.
+var deletable = []store.SandboxState{store.SandboxRunning, store.SandboxPaused, store.SandboxSuspended, store.SandboxFailed}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, err := s.submitDelete(r.Context(), sb.TenantID, sb.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
+}
+
+// submitDelete marks the sandbox deleting and submits its delete operation in
+// one transaction.
+func (s *Server) submitDelete(ctx context.Context, tenantID, id string) (*store.Operation, error) {
+	return s.ops.Submit(ctx, &store.Operation{TenantID: tenantID, Type: store.OpDelete, Target: id},
+		func(ctx context.Context, tx store.Store) error {
+			_, err := tx.TransitionSandbox(ctx, tenantID, id, deletable, store.SandboxDeleting, nil)
+			return err
+		})
+}
+
+// notSupported answers lifecycle calls this server cannot do yet, after
+// checking the state so a wrong state is still the 409 the contract promises.
+func (s *Server) notSupported(w http.ResponseWriter, r *http.Request, verb string, from ...store.SandboxState) {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := requireState(sb, from...); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeError(w, r, errdefs.New(errdefs.ErrFailedPrecondition, "%s is not supported by this server yet", verb).
+		WithDetails(map[string]any{"state": string(sb.State)}))
+}
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	s.notSupported(w, r, "pause", store.SandboxRunning)
+}
+
+func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) {
+	s.notSupported(w, r, "suspend", store.SandboxRunning, store.SandboxPaused)
+}
+
+func (s *Server) wakeSandbox(w http.ResponseWriter, r *http.Request) {
+	s.notSupported(w, r, "wake", store.SandboxPaused, store.SandboxSuspended)
+}
+
+// requireState is the 409 (with the current state in details) of a call
+// that needs the sandbox in one of states.
+func requireState(sb *store.Sandbox, states ...store.SandboxState) error {
+	for _, st := range states {
+		if sb.State == st {
+			return nil
+		}
+	}
+	return errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", sb.ID, sb.State).
+		WithDetails(map[string]any{"state": string(sb.State)})
+}
+
+func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.KeepRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.TimeoutSeconds <= 0 || req.TimeoutSeconds > maxTimeoutSeconds {
+		s.writeError(w, r, invalid(map[string]string{"timeout_seconds": fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds)}))
+		return
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	live := []store.SandboxState{store.SandboxCreating, store.SandboxRunning, store.SandboxPausing,
+		store.SandboxPaused, store.SandboxSuspending, store.SandboxSuspended, store.SandboxWaking}
+	sb, err = s.store.TransitionSandbox(r.Context(), sb.TenantID, sb.ID, live, "", func(sb *store.Sandbox) error {
+		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSeconds) * time.Second)
+		sb.ExpiresAt = &exp
+		sb.TimeoutSeconds = req.TimeoutSeconds
+		return nil
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSandbox(sb))
+}

@@ -1,0 +1,279 @@
+// Package api is SPACE's public HTTP API (v1) for one control plane: routing,
+// middleware (request ids, auth, body limits, idempotency, recovery, access
+// log, metrics), the handlers of every route, the OpenAPI document that
+// describes them, and the "create" and "delete" operation handlers that move
+// sandboxes through their lifecycle on a worker.
+//
+// It maps errdefs classes to HTTP statuses exactly once (errors.go). It owns
+// no persistence (internal/store), no operation scheduling
+// (internal/operation) and no VM mechanics (internal/worker).
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// Config is the API's behaviour. Zero values take the documented defaults.
+type Config struct {
+	// Features lists the enabled feature gates (see KnownFeatures).
+	Features []string
+	// DefaultQuota is given to tenants created through the admin API.
+	DefaultQuota store.Quota
+	// MaxJSONBytes bounds JSON request bodies (default 1 MiB).
+	MaxJSONBytes int64
+	// MaxUploadBytes bounds file uploads and stdin bodies (default 1 GiB).
+	MaxUploadBytes int64
+	// ExecOutputBytes caps each of stdout and stderr of POST …/exec (default 1 MiB).
+	ExecOutputBytes int
+	// MaxWait caps ?wait= on GET /v1/operations/{id} (default 60s).
+	MaxWait time.Duration
+	// Heartbeat is the idle interval after which event streams send a
+	// heartbeat (default 15s).
+	Heartbeat time.Duration
+	// Sandbox defaults when neither the request nor the template says.
+	DefaultVCPUs     int // default 1
+	DefaultMemoryMiB int // default 256
+	// Limits of one sandbox.
+	MaxVCPUs     int // default 8
+	MaxMemoryMiB int // default 16384
+	MaxDiskMiB   int // default 262144
+	// WorkerID names the (single) worker in sandbox records and admin listings.
+	WorkerID string // default "local"
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.MaxJSONBytes <= 0 {
+		c.MaxJSONBytes = 1 << 20
+	}
+	if c.MaxUploadBytes <= 0 {
+		c.MaxUploadBytes = 1 << 30
+	}
+	def(&c.ExecOutputBytes, 1<<20)
+	if c.MaxWait <= 0 {
+		c.MaxWait = 60 * time.Second
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 15 * time.Second
+	}
+	def(&c.DefaultVCPUs, 1)
+	def(&c.DefaultMemoryMiB, 256)
+	def(&c.MaxVCPUs, 8)
+	def(&c.MaxMemoryMiB, 16384)
+	def(&c.MaxDiskMiB, 256*1024)
+	if c.WorkerID == "" {
+		c.WorkerID = "local"
+	}
+}
+
+// Deps are the parts the API drives.
+type Deps struct {
+	Store  store.Store
+	Ops    *operation.Engine
+	Auth   *auth.Authenticator
+	Worker worker.Worker
+	Logger *slog.Logger
+	// Metrics may be nil (NewMetrics is then called). Pass the same value to
+	// the worker (BootDuration) and the engine (Registry).
+	Metrics *Metrics
+}
+
+// Server serves the API. It is an http.Handler.
+type Server struct {
+	cfg      Config
+	features map[string]bool
+	store    store.Store
+	ops      *operation.Engine
+	auth     *auth.Authenticator
+	worker   worker.Worker
+	logger   *slog.Logger
+	metrics  *Metrics
+	handler  http.Handler
+	routes   []route
+	// agentFor, when set (tests), replaces worker.Agent.
+	agentFor func(ctx context.Context, sandboxID string) (guestAgent, error)
+
+	// cmdLocks serialises the start of a command (first attach) and the
+	// recording of its exit.
+	cmdMu    sync.Mutex
+	cmdLocks map[string]*sync.Mutex
+	// idemMu serialises requests that carry the same idempotency key.
+	idemMu    sync.Mutex
+	idemLocks map[string]*keyLock
+}
+
+// New builds the API server and registers the "create" and "delete"
+// operation handlers with deps.Ops. After New, call deps.Ops.Recover and then
+// Server.Reconcile with its result; run Server.Run for exit watching and
+// expiry.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if deps.Store == nil || deps.Ops == nil || deps.Auth == nil || deps.Worker == nil {
+		return nil, fmt.Errorf("api: Store, Ops, Auth and Worker are required")
+	}
+	cfg.setDefaults()
+	features, err := featureSet(cfg.Features)
+	if err != nil {
+		return nil, err
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics()
+	}
+	s := &Server{
+		cfg: cfg, features: features,
+		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker,
+		logger: deps.Logger, metrics: deps.Metrics,
+		cmdLocks:  map[string]*sync.Mutex{},
+		idemLocks: map[string]*keyLock{},
+	}
+	s.ops.Register(store.OpCreate, s.runCreate)
+	s.ops.Register(store.OpDelete, s.runDelete)
+	mux := http.NewServeMux()
+	for _, rt := range s.routeTable() {
+		s.routes = append(s.routes, rt)
+		mux.Handle(rt.pattern, s.wrapRoute(rt))
+	}
+	s.handler = s.base(mux)
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// route is one registered route.
+type route struct {
+	pattern string // "METHOD /path"
+	auth    authLevel
+	limit   int64 // request body limit; 0 means MaxJSONBytes
+	h       http.HandlerFunc
+}
+
+func (s *Server) wrapRoute(rt route) http.Handler {
+	h := rt.h
+	if rt.pattern[:5] == "POST " && rt.auth != authNone {
+		h = s.idempotent(h)
+	}
+	limit := rt.limit
+	if limit == 0 {
+		limit = s.cfg.MaxJSONBytes
+	}
+	h = s.limitBody(limit, h)
+	return s.authenticate(rt.auth, h)
+}
+
+func (s *Server) routeTable() []route {
+	up := s.cfg.MaxUploadBytes
+	return []route{
+		{pattern: "GET /healthz", h: s.healthz},
+		{pattern: "GET /readyz", h: s.readyz},
+		{pattern: "GET /metrics", h: s.serveMetrics},
+		{pattern: "GET /openapi.json", h: s.serveOpenAPI},
+
+		{pattern: "GET /v1/features", auth: authTenant, h: s.listFeatures},
+		{pattern: "GET /v1/templates", auth: authTenant, h: s.listTemplates},
+
+		{pattern: "GET /v1/operations", auth: authTenant, h: s.listOperations},
+		{pattern: "GET /v1/operations/{id}", auth: authTenant, h: s.getOperation},
+		{pattern: "POST /v1/operations/{id}/cancel", auth: authTenant, h: s.cancelOperation},
+
+		{pattern: "POST /v1/sandboxes", auth: authTenant, h: s.createSandbox},
+		{pattern: "GET /v1/sandboxes", auth: authTenant, h: s.listSandboxes},
+		{pattern: "GET /v1/sandboxes/{id}", auth: authTenant, h: s.getSandbox},
+		{pattern: "DELETE /v1/sandboxes/{id}", auth: authTenant, h: s.deleteSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/pause", auth: authTenant, h: s.pauseSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/suspend", auth: authTenant, h: s.suspendSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/wake", auth: authTenant, h: s.wakeSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/keep", auth: authTenant, h: s.keepSandbox},
+
+		{pattern: "POST /v1/sandboxes/{id}/commands", auth: authTenant, h: s.createCommand},
+		{pattern: "GET /v1/sandboxes/{id}/commands", auth: authTenant, h: s.listCommands},
+		{pattern: "GET /v1/sandboxes/{id}/commands/{cid}", auth: authTenant, h: s.getCommand},
+		{pattern: "GET /v1/sandboxes/{id}/commands/{cid}/events", auth: authTenant, h: s.commandEvents},
+		{pattern: "POST /v1/sandboxes/{id}/commands/{cid}/stdin", auth: authTenant, limit: up, h: s.commandStdin},
+		{pattern: "POST /v1/sandboxes/{id}/commands/{cid}/signal", auth: authTenant, h: s.commandSignal},
+		{pattern: "POST /v1/sandboxes/{id}/commands/{cid}/resize", auth: authTenant, h: s.commandResize},
+		{pattern: "POST /v1/sandboxes/{id}/exec", auth: authTenant, h: s.exec},
+
+		{pattern: "PUT /v1/sandboxes/{id}/files", auth: authTenant, limit: up, h: s.putFile},
+		{pattern: "GET /v1/sandboxes/{id}/files", auth: authTenant, h: s.getFile},
+		{pattern: "GET /v1/sandboxes/{id}/files/list", auth: authTenant, h: s.listFiles},
+		{pattern: "DELETE /v1/sandboxes/{id}/files", auth: authTenant, h: s.deleteFile},
+
+		{pattern: "POST /v1/admin/tenants", auth: authAdmin, h: s.createTenant},
+		{pattern: "POST /v1/admin/tenants/{name}/keys", auth: authAdmin, h: s.createKey},
+		{pattern: "DELETE /v1/admin/keys/{id}", auth: authAdmin, h: s.deleteKey},
+		{pattern: "GET /v1/admin/workers", auth: authAdmin, h: s.listWorkers},
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.worker.Ready(ctx); err != nil {
+		s.log(r).Warn("not ready", "err", err)
+		// What is missing is host detail; the admin reads it in the log.
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	s.refreshSandboxGauge(r.Context())
+	promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+// refreshSandboxGauge counts sandboxes by state (all tenants) for a scrape.
+func (s *Server) refreshSandboxGauge(ctx context.Context) {
+	counts := map[store.SandboxState]int{}
+	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: []store.SandboxState{store.SandboxDeleted}}
+	f.PageSize = store.MaxPageSize
+	for {
+		page, err := s.store.ListSandboxes(ctx, f)
+		if err != nil {
+			s.logger.Warn("metrics: list sandboxes", "err", err)
+			return
+		}
+		for _, sb := range page.Items {
+			counts[sb.State]++
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+		f.PageToken = page.NextPageToken
+	}
+	for _, st := range allSandboxStates {
+		if st == store.SandboxDeleted {
+			continue
+		}
+		s.metrics.Sandboxes.WithLabelValues(string(st)).Set(float64(counts[st]))
+	}
+}
+
+var allSandboxStates = []store.SandboxState{
+	store.SandboxCreating, store.SandboxRunning, store.SandboxPausing, store.SandboxPaused,
+	store.SandboxSuspending, store.SandboxSuspended, store.SandboxWaking, store.SandboxDeleting,
+	store.SandboxDeleted, store.SandboxFailed,
+}
