@@ -1,0 +1,443 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// maxExited bounds how many finished processes (and their output) the agent
+// keeps; the oldest are forgotten first.
+const maxExited = 256
+
+// outputGrace is how long the exit event waits for the output pipes to drain
+// after the process itself ended; a background child that keeps them open
+// past that loses the rest of its output.
+const outputGrace = 500 * time.Millisecond
+
+// processTable owns every process the agent started.
+type processTable struct {
+	log     *slog.Logger
+	reaper  *reaper
+	cgroups *cgroups
+	etc     string
+	env     func() map[string]string
+
+	mu    sync.Mutex
+	procs map[string]*process
+	order []string // start order, for forgetting old exited processes
+}
+
+type process struct {
+	id        string
+	pid       int
+	startedAt time.Time
+	log       *eventLog
+	cg        *cgroup
+	osproc    *os.Process
+
+	ioMu    sync.Mutex
+	stdin   *os.File // pipe write end, or nil
+	pty     *os.File // PTY master, or nil
+	readers []*os.File
+
+	mu         sync.Mutex
+	exit       *agentproto.ExitStatus
+	killReason string
+	timer      *time.Timer
+	outputs    sync.WaitGroup
+}
+
+func (t *processTable) get(id string) (*process, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.procs[id]
+	if p == nil {
+		return nil, errdefs.New(errdefs.ErrNotFound, "process %q not found", id)
+	}
+	return p, nil
+}
+
+func (t *processTable) list() []agentproto.ProcessInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]agentproto.ProcessInfo, 0, len(t.order))
+	for _, id := range t.order {
+		out = append(out, t.procs[id].info())
+	}
+	return out
+}
+
+func (p *process) info() agentproto.ProcessInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pi := agentproto.ProcessInfo{ID: p.id, PID: p.pid, State: agentproto.StateRunning, StartedAt: p.startedAt, LastSeq: p.log.lastSeq()}
+	if p.exit != nil {
+		pi.State = agentproto.StateExited
+		e := *p.exit
+		pi.Exit = &e
+	}
+	return pi
+}
+
+// start validates spec and starts the process.
+func (t *processTable) start(spec agentproto.ProcessSpec) (agentproto.ProcessInfo, error) {
+	if spec.ID == "" {
+		return agentproto.ProcessInfo{}, errdefs.New(errdefs.ErrInvalidArgument, "process id is required")
+	}
+	if (len(spec.Argv) == 0) == (spec.Shell == "") {
+		return agentproto.ProcessInfo{}, errdefs.New(errdefs.ErrInvalidArgument, "exactly one of argv and shell must be set")
+	}
+	if spec.TimeoutSeconds < 0 || spec.BufferBytes < 0 {
+		return agentproto.ProcessInfo{}, errdefs.New(errdefs.ErrInvalidArgument, "timeout and buffer size must not be negative")
+	}
+	argv := spec.Argv
+	if spec.Shell != "" {
+		argv = []string{"/bin/sh", "-c", spec.Shell}
+	}
+	u, err := lookupUser(t.etc, spec.User)
+	if err != nil {
+		return agentproto.ProcessInfo{}, err
+	}
+	env := buildEnv(&spec, t.env(), u)
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = "/"
+		if fi, err := os.Stat(u.home); err == nil && fi.IsDir() {
+			cwd = u.home
+		}
+	} else if cwd[0] != '/' {
+		return agentproto.ProcessInfo{}, errdefs.New(errdefs.ErrInvalidArgument, "cwd must be absolute")
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return agentproto.ProcessInfo{}, errdefs.New(errdefs.ErrInvalidArgument, "working directory %q does not exist", cwd)
+	}
+	path, err := lookPath(argv[0], cwd, env)
+	if err != nil {
+		return agentproto.ProcessInfo{}, err
+	}
+
+	t.mu.Lock()
+	if _, dup := t.procs[spec.ID]; dup {
+		t.mu.Unlock()
+		return agentproto.ProcessInfo{}, errdefs.New(errdefs.ErrConflict, "process %q already exists", spec.ID)
+	}
+	p := &process{id: spec.ID, log: newEventLog(spec.BufferBytes)}
+	t.procs[spec.ID] = p // reserve the id
+	t.order = append(t.order, spec.ID)
+	t.mu.Unlock()
+
+	if err := t.launch(p, &spec, path, argv, env, cwd, u); err != nil {
+		t.forget(spec.ID)
+		return agentproto.ProcessInfo{}, err
+	}
+	t.gc()
+	return p.info(), nil
+}
+
+func (t *processTable) launch(p *process, spec *agentproto.ProcessSpec, path string, argv, env []string, cwd string, u *userInfo) error {
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: cwd, SysProcAttr: &syscall.SysProcAttr{}}
+	if u.uid != 0 || u.gid != 0 || len(u.groups) > 1 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+	}
+	var childEnds []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+	}
+	if spec.PTY != nil {
+		master, tty, err := pty.Open()
+		if err != nil {
+			return errdefs.New(errdefs.ErrInternal, "cannot allocate a pty").WithCause(err)
+		}
+		_ = pty.Setsize(master, &pty.Winsize{Rows: nonZero(spec.PTY.Rows, 24), Cols: nonZero(spec.PTY.Cols, 80)})
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+		p.pty = master
+		p.readers = []*os.File{master}
+		childEnds = []*os.File{tty}
+	} else {
+		cmd.SysProcAttr.Setpgid = true
+		or, ow, err := os.Pipe()
+		if err != nil {
+			return errdefs.New(errdefs.ErrInternal, "cannot create pipes").WithCause(err)
+		}
+		er, ew, err := os.Pipe()
+		if err != nil {
+			closeAll([]*os.File{or, ow})
+			return errdefs.New(errdefs.ErrInternal, "cannot create pipes").WithCause(err)
+		}
+		cmd.Stdout, cmd.Stderr = ow, ew
+		p.readers = []*os.File{or, er}
+		childEnds = []*os.File{ow, ew}
+		if spec.Stdin {
+			ir, iw, err := os.Pipe()
+			if err != nil {
+				closeAll([]*os.File{or, ow, er, ew})
+				return errdefs.New(errdefs.ErrInternal, "cannot create pipes").WithCause(err)
+			}
+			cmd.Stdin = ir
+			p.stdin = iw
+			childEnds = append(childEnds, ir)
+		}
+	}
+	cg, err := t.cgroups.create()
+	if err != nil {
+		t.log.Warn("process cgroup", "id", p.id, "err", err)
+	}
+	if cg != nil {
+		p.cg = cg
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+	}
+
+	pid, err := t.reaper.start(func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		p.pid, p.osproc, p.startedAt = cmd.Process.Pid, cmd.Process, time.Now().UTC()
+		p.log.append(agentproto.Event{Type: agentproto.EventStarted, PID: p.pid, Time: p.startedAt})
+		return p.pid, nil
+	}, func(ws unix.WaitStatus, _ *unix.Rusage) { go p.finish(t.log, ws) })
+	closeAll(childEnds)
+	if err != nil {
+		closeAll(p.readers)
+		closeAll([]*os.File{p.stdin})
+		cg.remove()
+		return startError(argv[0], err)
+	}
+	t.log.Info("process started", "id", p.id, "pid", pid)
+
+	kinds := []string{agentproto.EventStdout, agentproto.EventStderr}
+	for i, r := range p.readers {
+		p.outputs.Add(1)
+		go p.pump(r, kinds[i])
+	}
+	if spec.TimeoutSeconds > 0 {
+		p.mu.Lock()
+		p.timer = time.AfterFunc(time.Duration(spec.TimeoutSeconds)*time.Second, func() { p.kill(agentproto.ReasonTimeout) })
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+func startError(argv0 string, err error) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return errdefs.New(errdefs.ErrNotFound, "cannot start %q: not found", argv0).WithCause(err)
+	case errors.Is(err, os.ErrPermission):
+		return errdefs.New(errdefs.ErrPermissionDenied, "cannot start %q: permission denied", argv0).WithCause(err)
+	}
+	return errdefs.New(errdefs.ErrInternal, "cannot start %q", argv0).WithCause(err)
+}
+
+func nonZero(v, def uint16) uint16 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// pump copies one output stream into the event log until EOF.
+func (p *process) pump(r *os.File, kind string) {
+	defer p.outputs.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			p.log.append(agentproto.Event{Type: kind, Data: append([]byte(nil), buf[:n]...)})
+		}
+		if err != nil {
+			return // EOF, or EIO from a PTY master whose terminal closed
+		}
+	}
+}
+
+// finish runs once the reaper collected the process: it lets the output
+// drain, records the exit status and appends the exit event.
+func (p *process) finish(log *slog.Logger, ws unix.WaitStatus) {
+	drained := make(chan struct{})
+	go func() { p.outputs.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputGrace):
+		// Something else in the group holds the output open: stop reading.
+		p.ioMu.Lock()
+		for _, r := range p.readers {
+			_ = r.SetReadDeadline(time.Now())
+		}
+		p.ioMu.Unlock()
+		<-drained
+	}
+
+	p.mu.Lock()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	st := &agentproto.ExitStatus{Reason: agentproto.ReasonExited, EndedAt: time.Now().UTC()}
+	switch {
+	case ws.Exited():
+		code := ws.ExitStatus()
+		st.ExitCode = &code
+	case ws.Signaled():
+		st.Signal = unix.SignalName(ws.Signal())
+		st.Reason = agentproto.ReasonSignaled
+		switch {
+		case p.killReason != "":
+			st.Reason = p.killReason
+		case ws.Signal() == unix.SIGKILL && p.cg.oomKilled():
+			st.Reason = agentproto.ReasonOOM
+		}
+	}
+	p.exit = st
+	p.mu.Unlock()
+
+	p.ioMu.Lock()
+	for _, f := range append(p.readers, p.stdin) {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	p.stdin, p.pty = nil, nil
+	p.ioMu.Unlock()
+	if p.osproc != nil {
+		_ = p.osproc.Release() // drops the pidfd; the reaper already waited
+	}
+	p.cg.remove()
+	p.log.append(agentproto.Event{Type: agentproto.EventExit, Exit: st})
+	log.Info("process exited", "id", p.id, "pid", p.pid, "reason", st.Reason)
+}
+
+// kill SIGKILLs the whole process group, recording why.
+func (p *process) kill(reason string) {
+	p.mu.Lock()
+	if p.exit == nil && p.killReason == "" {
+		p.killReason = reason
+	}
+	p.mu.Unlock()
+	_ = unix.Kill(-p.pid, unix.SIGKILL)
+}
+
+func (p *process) signal(sig unix.Signal) {
+	if sig == unix.SIGKILL {
+		p.kill(agentproto.ReasonKilled)
+		return
+	}
+	_ = unix.Kill(-p.pid, sig)
+}
+
+func (p *process) writeStdin(ctx context.Context, data []byte, eof bool) error {
+	p.ioMu.Lock()
+	defer p.ioMu.Unlock()
+	w := p.stdin
+	if p.pty != nil {
+		w = p.pty
+	}
+	if w == nil {
+		if p.info().State == agentproto.StateExited {
+			return errdefs.New(errdefs.ErrConflict, "process %q has exited", p.id)
+		}
+		return errdefs.New(errdefs.ErrFailedPrecondition, "stdin of process %q is not open", p.id)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = w.SetWriteDeadline(time.Now()) })
+	defer func() {
+		if !stop() {
+			_ = w.SetWriteDeadline(time.Time{})
+		}
+	}()
+	if len(data) > 0 {
+		if _, err := w.Write(data); err != nil {
+			return errdefs.New(errdefs.ErrConflict, "stdin of process %q is closed", p.id).WithCause(err)
+		}
+	}
+	if eof {
+		if p.pty != nil {
+			_, _ = p.pty.Write([]byte{4}) // ^D: EOF for a terminal in canonical mode
+		} else {
+			_ = p.stdin.Close()
+			p.stdin = nil
+		}
+	}
+	return nil
+}
+
+func (p *process) resize(rows, cols uint16) error {
+	p.ioMu.Lock()
+	defer p.ioMu.Unlock()
+	if p.pty == nil {
+		return errdefs.New(errdefs.ErrFailedPrecondition, "process %q has no pty", p.id)
+	}
+	if err := pty.Setsize(p.pty, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
+		return errdefs.New(errdefs.ErrInternal, "resize failed").WithCause(err)
+	}
+	return nil
+}
+
+func (t *processTable) forget(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.procs, id)
+	for i, o := range t.order {
+		if o == id {
+			t.order = append(t.order[:i], t.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// gc forgets the oldest exited processes beyond maxExited.
+func (t *processTable) gc() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	exited := 0
+	for _, id := range t.order {
+		if t.procs[id].info().State == agentproto.StateExited {
+			exited++
+		}
+	}
+	for i := 0; exited > maxExited && i < len(t.order); {
+		id := t.order[i]
+		if t.procs[id].info().State == agentproto.StateExited {
+			delete(t.procs, id)
+			t.order = append(t.order[:i], t.order[i+1:]...)
+			exited--
+			continue
+		}
+		i++
+	}
+}
+
+// events streams the process's events after `after` to send until the exit
+// event was sent or ctx is done.
+func (p *process) events(ctx context.Context, after uint64, send func(agentproto.Event) error) error {
+	for {
+		evs, done, changed := p.log.since(after)
+		for _, ev := range evs {
+			if err := send(ev); err != nil {
+				return err
+			}
+			after = ev.Seq
+		}
+		if done {
+			return nil // the exit event is in evs or was already behind after
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaper is the agent's one wait4(-1) loop. Every child the agent starts is
+// registered with it (under its lock, inside start, so an early exit cannot be
+// missed); orphans re-parented to the agent are reaped and dropped. Nothing
+// else in the agent may wait for children, or the two would race.
+type reaper struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	waiters map[int]func(unix.WaitStatus, *unix.Rusage)
+	sigchld chan os.Signal
+}
+
+func newReaper(log *slog.Logger) *reaper {
+	// Orphans of our process groups come to us, not to the host's init, when
+	// the agent is not PID 1 (tests); as PID 1 this is a no-op.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	r := &reaper{log: log, waiters: map[int]func(unix.WaitStatus, *unix.Rusage){}, sigchld: make(chan os.Signal, 1)}
+	signal.Notify(r.sigchld, syscall.SIGCHLD)
+	return r
+}
+
+// start runs fn (which must start exactly one child and return its pid) with
+// the registry locked, then registers done for that pid.
+func (r *reaper) start(fn func() (int, error), done func(unix.WaitStatus, *unix.Rusage)) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := fn()
+	if err != nil {
+		return 0, err
+	}
+	r.waiters[pid] = done
+	return pid, nil
+}
+
+// run reaps until ctx is done.
+func (r *reaper) run(ctx context.Context) {
+	defer signal.Stop(r.sigchld)
+	for {
+		r.reapAll()
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.sigchld:
+		}
+	}
+}
+
+func (r *reaper) reapAll() {
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		r.mu.Lock()
+		done := r.waiters[pid]
+		delete(r.waiters, pid)
+		r.mu.Unlock()
+		if done != nil {
+			done(ws, &ru)
+		} else {
+			r.log.Debug("reaped orphan", "pid", pid)
+		}
+	}
+}

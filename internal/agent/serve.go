@@ -1,0 +1,268 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// requestTimeout bounds how long a new stream may take to send its request.
+const requestTimeout = 30 * time.Second
+
+// ServeConn runs one link session on conn: the sync handshake, then yamux
+// until the session ends (the host went away, a protocol error, or ctx).
+// It returns io.EOF when conn ended before the handshake completed. It does
+// not close conn.
+func (a *Agent) ServeConn(ctx context.Context, conn net.Conn) error {
+	synced, err := agentproto.AgentSync(ctx, conn)
+	if err != nil {
+		return err
+	}
+	sess, err := agentproto.AgentSession(synced)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sctx.Done():
+			_ = sess.Close()
+		case <-sess.CloseChan():
+			cancel()
+		}
+	}()
+	a.log.Info("agent link up")
+	defer a.log.Info("agent link down")
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return nil
+		}
+		go a.handle(sctx, st)
+	}
+}
+
+// ServeListener serves every connection accepted on ln (each is one link
+// session) until ctx is done. Used in tests and for vsock.
+func (a *Agent) ServeListener(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		go func() {
+			defer conn.Close()
+			if err := a.ServeConn(ctx, conn); err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				a.log.Warn("agent link session", "err", err)
+			}
+		}()
+	}
+}
+
+// handle serves one yamux stream: one request.
+func (a *Agent) handle(ctx context.Context, st net.Conn) {
+	defer st.Close()
+	_ = st.SetReadDeadline(time.Now().Add(requestTimeout))
+	var req agentproto.Request
+	if err := agentproto.ReadFrame(st, &req); err != nil {
+		return
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	if err := a.dispatch(ctx, st, &req); err != nil {
+		_ = reply(st, nil, a.public(req.Op, err))
+	}
+}
+
+// public keeps tenant-safe errors and replaces anything else by its class.
+func (a *Agent) public(op agentproto.Op, err error) error {
+	var pub *errdefs.Public
+	if errors.As(err, &pub) {
+		if pub.Cause != nil {
+			a.log.Debug("request failed", "op", op, "err", pub.Message, "cause", pub.Cause)
+		}
+		return pub
+	}
+	a.log.Warn("request failed", "op", op, "err", err)
+	c := errdefs.ClassOf(err)
+	return errdefs.New(c, "%s failed: %s", op, c.Code())
+}
+
+func reply(st net.Conn, result any, err error) error {
+	var resp agentproto.Response
+	if err != nil {
+		resp.Error = agentproto.ErrorFrom(err)
+	} else if result != nil {
+		b, merr := json.Marshal(result)
+		if merr != nil {
+			return merr
+		}
+		resp.Result = b
+	}
+	return agentproto.WriteFrame(st, &resp)
+}
+
+func decode(req *agentproto.Request, v any) error {
+	if len(req.Args) == 0 {
+		return errdefs.New(errdefs.ErrInvalidArgument, "%s: arguments missing", req.Op)
+	}
+	if err := json.Unmarshal(req.Args, v); err != nil {
+		return errdefs.New(errdefs.ErrInvalidArgument, "%s: malformed arguments", req.Op)
+	}
+	return nil
+}
+
+// dispatch runs one request. An error it returns is sent as the response;
+// operations that already answered report later failures by closing early.
+func (a *Agent) dispatch(ctx context.Context, st net.Conn, req *agentproto.Request) error {
+	switch req.Op {
+	case agentproto.OpPing:
+		return reply(st, a.Info(), nil)
+	case agentproto.OpConfigure:
+		var c agentproto.Configure
+		if err := decode(req, &c); err != nil {
+			return err
+		}
+		if err := a.Configure(c); err != nil {
+			return err
+		}
+		return reply(st, nil, nil)
+	case agentproto.OpStart:
+		var spec agentproto.ProcessSpec
+		if err := decode(req, &spec); err != nil {
+			return err
+		}
+		info, err := a.procs.start(spec)
+		if err != nil {
+			return err
+		}
+		return reply(st, info, nil)
+	case agentproto.OpEvents:
+		var r agentproto.EventsRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		return a.streamEvents(ctx, st, r)
+	case agentproto.OpStdin:
+		var r agentproto.StdinRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		p, err := a.procs.get(r.ID)
+		if err != nil {
+			return err
+		}
+		if err := p.writeStdin(ctx, r.Data, r.EOF); err != nil {
+			return err
+		}
+		return reply(st, nil, nil)
+	case agentproto.OpSignal:
+		var r agentproto.SignalRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		sig, err := ParseSignal(r.Signal)
+		if err != nil {
+			return err
+		}
+		p, err := a.procs.get(r.ID)
+		if err != nil {
+			return err
+		}
+		p.signal(sig)
+		return reply(st, nil, nil)
+	case agentproto.OpResize:
+		var r agentproto.ResizeRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		p, err := a.procs.get(r.ID)
+		if err != nil {
+			return err
+		}
+		if err := p.resize(r.Rows, r.Cols); err != nil {
+			return err
+		}
+		return reply(st, nil, nil)
+	case agentproto.OpGet:
+		var r agentproto.ProcessRef
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		p, err := a.procs.get(r.ID)
+		if err != nil {
+			return err
+		}
+		return reply(st, p.info(), nil)
+	case agentproto.OpList:
+		return reply(st, agentproto.ProcessList{Processes: a.procs.list()}, nil)
+	case agentproto.OpFreeze:
+		if err := a.Freeze(); err != nil {
+			return err
+		}
+		return reply(st, nil, nil)
+	case agentproto.OpThaw:
+		if err := a.Thaw(); err != nil {
+			return err
+		}
+		return reply(st, nil, nil)
+	}
+	return a.dispatchFile(st, req)
+}
+
+func (a *Agent) streamEvents(ctx context.Context, st net.Conn, r agentproto.EventsRequest) error {
+	p, err := a.procs.get(r.ID)
+	if err != nil {
+		return err
+	}
+	if err := reply(st, nil, nil); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		// The client stops early by closing its side.
+		_, _ = io.Copy(io.Discard, st)
+		cancel()
+	}()
+	_ = p.events(ctx, r.After, func(ev agentproto.Event) error { return agentproto.WriteFrame(st, &ev) })
+	return nil
+}
+
+// ParseSignal accepts "SIGTERM", "TERM", "term" or a number.
+func ParseSignal(s string) (unix.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, errdefs.New(errdefs.ErrInvalidArgument, "unknown signal %q", s)
+		}
+		return unix.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	sig := unix.SignalNum(name)
+	if sig == 0 {
+		return 0, errdefs.New(errdefs.ErrInvalidArgument, "unknown signal %q", s)
+	}
+	return sig, nil
+}

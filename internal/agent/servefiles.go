@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"io"
+	"net"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+func (a *Agent) dispatchFile(st net.Conn, req *agentproto.Request) error {
+	switch req.Op {
+	case agentproto.OpReadFile:
+		var r agentproto.PathRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		f, info, err := a.files.open(r.Path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := reply(st, info, nil); err != nil {
+			return nil
+		}
+		_, _ = io.Copy(st, f)
+		return nil
+	case agentproto.OpWriteFile:
+		var r agentproto.WriteFileRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		info, err := a.files.write(r.Path, r.Mode, st)
+		if err != nil {
+			return err
+		}
+		return reply(st, info, nil)
+	case agentproto.OpListDir:
+		var r agentproto.PathRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		entries, err := a.files.list(r.Path)
+		if err != nil {
+			return err
+		}
+		return reply(st, agentproto.DirList{Entries: entries}, nil)
+	case agentproto.OpStat:
+		var r agentproto.PathRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		info, err := a.files.stat(r.Path)
+		if err != nil {
+			return err
+		}
+		return reply(st, info, nil)
+	case agentproto.OpDelete:
+		var r agentproto.DeleteRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		if err := a.files.remove(r.Path, r.Recursive); err != nil {
+			return err
+		}
+		return reply(st, nil, nil)
+	case agentproto.OpTarOut:
+		var r agentproto.PathRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		answered := false
+		err := a.files.tarOut(r.Path, st, func() error { answered = true; return reply(st, nil, nil) })
+		if err != nil && !answered {
+			return err
+		}
+		if err != nil {
+			a.log.Warn("tar out", "path", r.Path, "err", err)
+		}
+		return nil
+	case agentproto.OpTarIn:
+		var r agentproto.PathRequest
+		if err := decode(req, &r); err != nil {
+			return err
+		}
+		if err := a.files.tarIn(r.Path, st); err != nil {
+			return err
+		}
+		return reply(st, nil, nil)
+	}
+	return errdefs.New(errdefs.ErrInvalidArgument, "unknown operation %q", req.Op)
+}

@@ -1,0 +1,224 @@
+// Package agentclient is the host side of the agent link: it dials the guest
+// agent, runs the sync handshake and yamux, reconnects when the link drops,
+// and offers typed calls for every agentproto operation. Agent errors come
+// back as errdefs errors of the class the agent reported; link failures are
+// errdefs.ErrUnavailable.
+package agentclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// DialFunc opens a new byte stream to the agent (e.g. vmm.VM.DialAgent).
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// Client talks to one guest agent. It is safe for concurrent use; calls
+// share one link, which is (re)established on demand.
+type Client struct {
+	dial DialFunc
+	log  *slog.Logger
+
+	mu     sync.Mutex // serialises connecting
+	sess   *yamux.Session
+	conn   net.Conn
+	closed bool
+}
+
+// New returns a Client that dials with dial. It does not connect until the
+// first call. log may be nil.
+func New(dial DialFunc, log *slog.Logger) *Client {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{dial: dial, log: log}
+}
+
+var errClosed = errdefs.New(errdefs.ErrUnavailable, "agent client closed")
+
+// Close drops the link; later calls fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.dropLocked()
+	return nil
+}
+
+// Disconnect drops the current link (if any); the next call redials. Use it
+// when the transport is known to be replaced, e.g. after a snapshot restore.
+func (c *Client) Disconnect() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropLocked()
+}
+
+func (c *Client) dropLocked() {
+	if c.sess != nil {
+		_ = c.sess.Close()
+		c.sess = nil
+	}
+	if c.conn != nil {
+		_ = c.conn.Close()
+		c.conn = nil
+	}
+}
+
+// session returns a live yamux session, dialling and syncing if needed.
+func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errClosed
+	}
+	if c.sess != nil && !c.sess.IsClosed() {
+		return c.sess, nil
+	}
+	c.dropLocked()
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, linkError("dial agent", ctx, err)
+	}
+	synced, err := agentproto.HostSync(ctx, conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, linkError("agent handshake", ctx, err)
+	}
+	sess, err := agentproto.HostSession(synced)
+	if err != nil {
+		_ = conn.Close()
+		return nil, linkError("agent session", ctx, err)
+	}
+	c.sess, c.conn = sess, conn
+	c.log.Debug("agent link up")
+	return sess, nil
+}
+
+// linkError classifies a transport failure: the caller's own deadline or
+// cancellation keeps its class, anything else means the agent is
+// unreachable right now.
+func linkError(what string, ctx context.Context, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w: %w", what, errdefs.ErrDeadlineExceeded, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: %w: %w", what, errdefs.ErrCancelled, err)
+	}
+	var pub *errdefs.Public
+	if errors.As(err, &pub) {
+		return err
+	}
+	return fmt.Errorf("%s: %w: %w", what, errdefs.ErrUnavailable, err)
+}
+
+// open opens a stream for one request and sends it. The stream is closed
+// when ctx is done, which interrupts any read or write on it.
+func (c *Client) open(ctx context.Context, op agentproto.Op, args any) (*call, error) {
+	var raw json.RawMessage
+	if args != nil {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, err
+		}
+		raw = b
+	}
+	for attempt := 0; ; attempt++ {
+		sess, err := c.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		st, err := sess.OpenStream()
+		if err != nil {
+			// The link died under us: one redial, then give up.
+			c.mu.Lock()
+			if c.sess == sess {
+				c.dropLocked()
+			}
+			c.mu.Unlock()
+			if attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			return nil, linkError("open agent stream", ctx, err)
+		}
+		cl := &call{st: st, sess: sess, ctx: ctx}
+		cl.stop = context.AfterFunc(ctx, func() { _ = st.SetDeadline(time.Now()) })
+		if err := agentproto.WriteFrame(st, &agentproto.Request{Op: op, Args: raw}); err != nil {
+			cl.Close()
+			return nil, linkError(string(op), ctx, err)
+		}
+		return cl, nil
+	}
+}
+
+// call is one request's stream.
+type call struct {
+	st   *yamux.Stream
+	sess *yamux.Session
+	ctx  context.Context
+	stop func() bool
+	once sync.Once
+}
+
+// response reads the Response frame and decodes its result into out.
+func (cl *call) response(op agentproto.Op, out any) error {
+	var resp agentproto.Response
+	if err := agentproto.ReadFrame(cl.st, &resp); err != nil {
+		return linkError(string(op), cl.ctx, err)
+	}
+	if resp.Error != nil {
+		return resp.Error.Err()
+	}
+	if out != nil && len(resp.Result) > 0 {
+		if err := json.Unmarshal(resp.Result, out); err != nil {
+			return fmt.Errorf("%s: decode result: %w: %w", op, errdefs.ErrInternal, err)
+		}
+	}
+	return nil
+}
+
+func (cl *call) Close() {
+	cl.once.Do(func() {
+		cl.stop()
+		_ = cl.st.Close()
+	})
+}
+
+// do runs a simple request/response call.
+func (c *Client) do(ctx context.Context, op agentproto.Op, args, out any) error {
+	cl, err := c.open(ctx, op, args)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return cl.response(op, out)
+}
+
+// rawReader is the raw byte phase of a stream, for ReadFile and TarOut.
+type rawReader struct{ cl *call }
+
+func (r *rawReader) Read(p []byte) (int, error) {
+	n, err := r.cl.st.Read(p)
+	if err == io.EOF && r.cl.sess.IsClosed() {
+		// yamux ends every stream with EOF when the session dies: this
+		// may be a cut, not the end.
+		err = errdefs.New(errdefs.ErrUnavailable, "agent link dropped during transfer")
+	}
+	if err != nil && err != io.EOF {
+		err = linkError("read from agent", r.cl.ctx, err)
+	}
+	return n, err
+}
+
+func (r *rawReader) Close() error { r.cl.Close(); return nil }
