@@ -26,7 +26,7 @@ type eventLog struct {
 	events  []logEntry // retained, oldest first
 	bytes   int64      // data bytes retained
 	nextSeq uint64
-	total   int64 // data bytes ever appended
+	total   int64  // data bytes ever appended
 	evicted []mark // most recent evictions, oldest first
 	changed chan struct{}
 	closed  bool // the exit event is in
