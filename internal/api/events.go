@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -160,21 +162,24 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	stream, err := ag.Events(ctx, c.ID, after)
+	// The reader goroutine owns the stream: cancelling sctx interrupts it,
+	// and it closes the stream itself, so Next and Close never race.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := ag.Events(sctx, c.ID, after)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	defer stream.Close()
 	ew := newEventWriter(w, r)
-
 	next := make(chan nextResult)
 	go func() {
+		defer stream.Close()
 		for {
 			ev, err := stream.Next()
 			select {
 			case next <- nextResult{ev, err}:
-			case <-ctx.Done():
+			case <-sctx.Done():
 				return
 			}
 			if err != nil {
@@ -189,6 +194,12 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-idle.C:
+			// A stream whose sandbox went away would otherwise wait for the
+			// link forever.
+			if cur, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID); err == nil && cur.State != store.SandboxRunning {
+				s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable, "sandbox is %s", cur.State))
+				return
+			}
 			if ew.heartbeat() != nil {
 				return
 			}

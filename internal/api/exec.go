@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -81,7 +82,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	stream, err := ag.Events(ctx, c.ID, 0)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := ag.Events(sctx, c.ID, 0)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
