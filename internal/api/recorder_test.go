@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 type recorder struct {
@@ -32,3 +33,6 @@ func mustRequest(t *testing.T, method, target string) *http.Request {
 	t.Helper()
 	return httptest.NewRequest(method, target, nil)
 }
+
+// pollPause spaces out polls of a state that has no change notification.
+func pollPause() { time.Sleep(5 * time.Millisecond) }
