@@ -1,0 +1,86 @@
+// Package server wires the single-node spaced: configuration, start-up checks,
+// the data dir, guest artifacts, the worker, the store, the operation engine
+// and the HTTP API. It owns start-up order and shutdown; every piece of logic
+// lives in the package it wires.
+package server
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/guest"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// Config is spaced's one configuration struct. Every field has a flag; the
+// defaults are API.md's ("Running the server") and work on a fresh machine.
+type Config struct {
+	Listen   string
+	DataDir  string
+	Features []string
+	Accel    string // auto|kvm|tcg
+
+	KernelDir   string // cache of Debian's cloud kernel (make setup fills it)
+	AgentBinary string // static space-agent; default: beside the spaced binary
+	QEMUBinary  string // default: qemu-system-x86_64 on PATH
+
+	BootTimeout  time.Duration
+	DefaultQuota store.Quota
+	LogFormat    string // text|json
+	LogLevel     string // debug|info|warn|error
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// ParseFlags reads the configuration from args (without the program name).
+func ParseFlags(args []string) (Config, error) {
+	var cfg Config
+	fs := flag.NewFlagSet("spaced", flag.ContinueOnError)
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address the API serves on")
+	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "data directory (store, keys, templates, sandboxes)")
+	var features multiFlag
+	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
+	fs.StringVar(&cfg.Accel, "accel", "auto", "VM acceleration: auto (KVM if a probe VM boots, else TCG), kvm or tcg")
+	fs.StringVar(&cfg.KernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (filled by `make setup`)")
+	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into guests")
+	fs.StringVar(&cfg.QEMUBinary, "qemu", "", "qemu-system-x86_64 binary (default: from PATH)")
+	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", 2*time.Minute, "bound on boot to agent ready")
+	fs.IntVar(&cfg.DefaultQuota.MaxSandboxes, "quota-sandboxes", 20, "default per-tenant limit on live sandboxes")
+	fs.IntVar(&cfg.DefaultQuota.MaxVCPUs, "quota-vcpus", 32, "default per-tenant limit on vCPUs of live sandboxes")
+	fs.IntVar(&cfg.DefaultQuota.MaxMemoryMiB, "quota-memory-mib", 32768, "default per-tenant limit on memory of live sandboxes")
+	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	cfg.Features = features
+	switch cfg.Accel {
+	case "auto", "kvm", "tcg":
+	default:
+		return Config{}, fmt.Errorf("--accel must be auto, kvm or tcg, not %q", cfg.Accel)
+	}
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.DataDir = abs
+	return cfg, nil
+}
+
+func defaultAgentBinary() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "space-agent"
+	}
+	return filepath.Join(filepath.Dir(exe), "space-agent")
+}

@@ -1,0 +1,5 @@
+package server
+
+import "encoding/json"
+
+func jsonRaw(v any) (json.RawMessage, error) { return json.Marshal(v) }

@@ -1,0 +1,174 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api"
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/guest"
+	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/storage"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/sqlite"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/vmm"
+	_ "github.com/space-sandbox/space/internal/vmm/qemu" // registers the "qemu" driver
+	"github.com/space-sandbox/space/internal/worker/local"
+)
+
+// Run starts spaced and serves until ctx ends. Start-up fails with one clear
+// error naming what is missing; it never hangs on a missing part.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	if os.Geteuid() != 0 {
+		return errors.New("spaced must run as root (it creates loop mounts, VMs and network namespaces)")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	// Host: reflink storage, kernel, agent, VMM.
+	st, err := storage.Open(ctx, storage.Config{DataDir: cfg.DataDir}, log)
+	if err != nil {
+		return err
+	}
+	kernel, err := guest.Locate(cfg.KernelDir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(cfg.AgentBinary); err != nil {
+		return fmt.Errorf("guest agent binary %s not found: build it with `make build` or pass --agent-binary", cfg.AgentBinary)
+	}
+	initrd, err := guest.BuildInitramfs(ctx, kernel, guest.InitramfsOptions{
+		AgentBinary: cfg.AgentBinary, CacheDir: filepath.Join(cfg.DataDir, "boot"), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	templatesDir := filepath.Join(st.Root(), "templates")
+	base, err := template.BuildBase(ctx, template.BaseOptions{
+		TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("build base template: %w", err)
+	}
+	driver, err := vmm.Open("qemu", vmm.Options{
+		Binary: cfg.QEMUBinary, Accel: cfg.Accel, CacheDir: filepath.Join(cfg.DataDir, "cache"), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	// Control plane: store, auth, operations, API.
+	db, err := sqlite.Open(filepath.Join(cfg.DataDir, "space.db"))
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func() { db.Close() })
+	if err := registerTemplate(ctx, db, base); err != nil {
+		return err
+	}
+	authn := auth.New(db, log)
+	keyPath, created, err := authn.EnsureAdmin(ctx, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	if created {
+		log.Info("wrote the admin API key (shown nowhere else)", "path", keyPath)
+	} else {
+		log.Info("admin API key", "path", keyPath)
+	}
+
+	metrics := api.NewMetrics()
+	wk, err := local.New(ctx, local.Config{
+		Storage: st, Driver: driver, Kernel: kernel.Vmlinuz, Initrd: initrd.Path,
+		TemplatesDir: templatesDir, BootTimeout: cfg.BootTimeout,
+		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func() { wk.Close() })
+	ops := operation.New(operation.Config{Store: db, Logger: log, Registerer: metrics.Registry})
+	closers = append(closers, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ops.Close(cctx)
+	})
+	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota}, api.Deps{
+		Store: db, Ops: ops, Auth: authn, Worker: wk, Logger: log, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	// Recovery: every interrupted operation ends, then the store and the
+	// worker are made to agree, before the first request is served.
+	aborted, err := ops.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("recover operations: %w", err)
+	}
+	if len(aborted) > 0 {
+		log.Warn("ended operations interrupted by a restart", "count", len(aborted))
+	}
+	if err := srv.Reconcile(ctx); err != nil {
+		return fmt.Errorf("reconcile sandboxes: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	go srv.Run(bg)
+	log.Info("spaced serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
+		"kernel", kernel.Version, "features", strings.Join(cfg.Features, ","))
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+// registerTemplate records a built template image in the store.
+func registerTemplate(ctx context.Context, db store.Store, m template.Metadata) error {
+	existing, err := db.GetTemplateByName(ctx, m.Name, m.Digest)
+	if err == nil && existing.State == store.TemplateReady {
+		return nil
+	}
+	defaults, err := jsonRaw(m.Defaults)
+	if err != nil {
+		return err
+	}
+	t := &store.Template{ID: store.NewID("tpl"), Name: m.Name, Digest: m.Digest, State: store.TemplateReady,
+		SizeBytes: m.SizeBytes, Defaults: defaults, CreatedAt: m.CreatedAt}
+	if existing != nil {
+		t.ID = existing.ID
+	}
+	return db.UpsertTemplate(ctx, t)
+}

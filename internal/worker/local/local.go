@@ -1,0 +1,170 @@
+// Package local is the single-host Worker: it keeps each sandbox's files under
+// the storage root, boots its microVM with a vmm.Driver, and hands out agent
+// clients. After a crash of the process that ran it, a new Worker adopts the
+// VMs that still run (the driver records them on disk) and reports the ones
+// that died.
+//
+// It owns everything under <root>/sandboxes; it never touches templates
+// (read-only to it), the store or anything of the API.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/storage"
+	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// Config wires a Worker.
+type Config struct {
+	// Storage is the reflink-capable data root; sandboxes live under
+	// Storage.Root()/sandboxes.
+	Storage *storage.Store
+	// Driver boots the VMs.
+	Driver vmm.Driver
+	// Kernel and Initrd are the guest boot artifacts.
+	Kernel string
+	Initrd string
+	// TemplatesDir holds template images (internal/template layout).
+	TemplatesDir string
+	// BootTimeout bounds boot to agent ready. Default 2 minutes (TCG on a
+	// loaded host is slow; KVM boots in well under a second).
+	BootTimeout time.Duration
+	// ObserveBoot, if set, receives every successful boot's duration.
+	ObserveBoot func(time.Duration)
+	Logger      *slog.Logger
+}
+
+// Worker is the single-host worker.Worker.
+type Worker struct {
+	cfg   Config
+	log   *slog.Logger
+	root  string // <storage root>/sandboxes
+	exits chan worker.Exit
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+var _ worker.Worker = (*Worker)(nil)
+
+// New opens the worker and adopts the sandboxes a previous process left.
+func New(ctx context.Context, cfg Config) (*Worker, error) {
+	if cfg.Storage == nil || cfg.Driver == nil {
+		return nil, fmt.Errorf("local worker: storage and driver are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Worker{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "worker"),
+		root:      filepath.Join(cfg.Storage.Root(), "sandboxes"),
+		exits:     make(chan worker.Exit, 64),
+		sandboxes: map[string]*sandbox{},
+		closed:    make(chan struct{}),
+	}
+	if err := os.MkdirAll(w.root, 0o700); err != nil {
+		return nil, fmt.Errorf("local worker: create %s: %w", w.root, err)
+	}
+	if err := w.adoptAll(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Ready reports what is missing for starting VMs.
+func (w *Worker) Ready(ctx context.Context) error {
+	var missing []error
+	for what, path := range map[string]string{"guest kernel": w.cfg.Kernel, "guest initramfs": w.cfg.Initrd} {
+		if _, err := os.Stat(path); err != nil {
+			missing = append(missing, fmt.Errorf("%s missing (run `make setup`)", what))
+		}
+	}
+	if _, err := os.Stat(w.cfg.TemplatesDir); err != nil {
+		missing = append(missing, fmt.Errorf("templates dir missing"))
+	}
+	select {
+	case <-w.closed:
+		missing = append(missing, errors.New("worker closed"))
+	default:
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("worker not ready: %w: %w", errors.Join(missing...), errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// Exits delivers the VMs that stopped on their own.
+func (w *Worker) Exits() <-chan worker.Exit { return w.exits }
+
+// Close stops watching VMs and closes agent clients. VMs keep running for
+// the next process to adopt.
+func (w *Worker) Close() error {
+	w.closeOnce.Do(func() {
+		close(w.closed)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, sb := range w.sandboxes {
+			sb.release()
+		}
+	})
+	return nil
+}
+
+func (w *Worker) dir(id string) string { return filepath.Join(w.root, id) }
+
+// lookup returns the sandbox or ErrNotFound.
+func (w *Worker) lookup(id string) (*sandbox, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sb, ok := w.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+// Sandbox reports one sandbox.
+func (w *Worker) Sandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	sb, err := w.lookup(id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	return sb.status(), nil
+}
+
+// Sandboxes lists every sandbox this worker holds files or a VM for.
+func (w *Worker) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]worker.SandboxStatus, 0, len(w.sandboxes))
+	for _, sb := range w.sandboxes {
+		out = append(out, sb.status())
+	}
+	return out, nil
+}
+
+// Agent returns the sandbox's agent client.
+func (w *Worker) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
+	sb, err := w.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.agentClient()
+}
