@@ -11,7 +11,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/binary"
 	"log/slog"
 	"os"
@@ -64,8 +63,8 @@ type Agent struct {
 	frozen   bool
 }
 
-// New returns an Agent whose child reaper runs until ctx is done.
-func New(ctx context.Context, cfg Config) *Agent {
+// New returns an Agent. All Agents of a process share one child reaper.
+func New(cfg Config) *Agent {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -80,8 +79,7 @@ func New(ctx context.Context, cfg Config) *Agent {
 	if unix.Uname(&uts) == nil {
 		a.kernel = unix.ByteSliceToString(uts.Release[:])
 	}
-	r := newReaper(a.log)
-	go r.run(ctx)
+	r := sharedReaper(a.log)
 	a.procs = &processTable{
 		log: a.log, reaper: r, cgroups: newCgroups(cfg.CgroupRoot, a.log), etc: cfg.EtcDir,
 		env: a.defaultEnv, procs: map[string]*process{},

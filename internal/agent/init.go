@@ -32,7 +32,7 @@ func RunInit(log *slog.Logger, version string) {
 		PowerOff(log)
 		return
 	}
-	a := New(ctx, Config{
+	a := New(Config{
 		Logger: log, Version: version, Privileged: true,
 		CgroupRoot: "/sys/fs/cgroup/space-agent", FreezePath: "/",
 	})

@@ -22,6 +22,23 @@ type reaper struct {
 	sigchld chan os.Signal
 }
 
+// processReaper is the process-wide reaper: wait4(-1) collects every child
+// of the process, so two reapers (two Agents in one test binary) would steal
+// each other's exits. It is the one piece of global state, and runs for the
+// life of the process.
+var (
+	reaperOnce    sync.Once
+	processReaper *reaper
+)
+
+func sharedReaper(log *slog.Logger) *reaper {
+	reaperOnce.Do(func() {
+		processReaper = newReaper(log)
+		go processReaper.run(context.Background())
+	})
+	return processReaper
+}
+
 func newReaper(log *slog.Logger) *reaper {
 	// Orphans of our process groups come to us, not to the host's init, when
 	// the agent is not PID 1 (tests); as PID 1 this is a no-op.

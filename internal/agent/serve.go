@@ -266,3 +266,5 @@ func ParseSignal(s string) (unix.Signal, error) {
 	}
 	return sig, nil
 }
+
+func sigName(s unix.Signal) string { return unix.SignalName(s) }

@@ -84,7 +84,14 @@ func (s *EventStream) Next() (agentproto.Event, error) {
 			}
 			return ev, nil
 		}
-		// Any end before the exit event is a broken link: resume.
+		if err == io.EOF && !s.cl.sess.IsClosed() {
+			// The agent ended the stream on a live link: nothing follows
+			// (after was already at or past the exit event).
+			s.done = true
+			s.cl.Close()
+			return agentproto.Event{}, io.EOF
+		}
+		// Any other end before the exit event is a broken link: resume.
 		s.cl.Close()
 		s.cl = nil
 		if s.ctx.Err() != nil {
