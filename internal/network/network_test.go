@@ -1,0 +1,149 @@
+package network
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+func requireNetAdmin(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, taps, nftables)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("needs /dev/net/tun")
+	}
+}
+
+func TestMain(m *testing.M) {
+	before, _ := ListNamespaces(NamePrefix)
+	code := m.Run()
+	after, _ := ListNamespaces(NamePrefix)
+	seen := map[string]bool{}
+	for _, n := range before {
+		seen[n] = true
+	}
+	for _, n := range after {
+		if !seen[n] {
+			println("leaked netns:", n)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func TestAcquireConfiguresNamespace(t *testing.T) {
+	requireNetAdmin(t)
+	ctx := context.Background()
+	m := New(ctx, Config{PoolSize: 1})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	id := "t" + strings.ReplaceAll(t.Name(), "/", "-")
+	sb, err := m.Acquire(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), sb) })
+	if _, err := m.Acquire(ctx, id); err == nil {
+		t.Fatal("second Acquire of the same id succeeded")
+	}
+
+	h, err := netns.GetFromPath(sb.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	tap, err := nl.LinkByName(TapName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tap.Attrs().HardwareAddr.String() != GatewayMAC.String() {
+		t.Errorf("tap MAC %s, want %s", tap.Attrs().HardwareAddr, GatewayMAC)
+	}
+	addrs, _ := nl.AddrList(tap, netlink.FAMILY_ALL)
+	if len(addrs) != 1 || addrs[0].IP.String() != GatewayAddr.String() {
+		t.Errorf("tap addresses %v, want only %s (no IPv6)", addrs, GatewayAddr)
+	}
+	links, _ := nl.LinkList()
+	if len(links) != 2 {
+		t.Errorf("links in sandbox netns: %d, want lo and %s only", len(links), TapName)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := c.ListTables()
+	if err != nil || len(tables) != 2 {
+		t.Errorf("nft tables %v (%v), want ip and ip6 space", tables, err)
+	}
+	var v6 string
+	err = InNamespace(sb.Path(), func() error {
+		b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + TapName + "/disable_ipv6")
+		v6 = strings.TrimSpace(string(b))
+		return err
+	})
+	if err != nil || v6 != "1" {
+		t.Errorf("disable_ipv6 on tap = %q (%v), want 1", v6, err)
+	}
+
+	f, err := sb.OpenTap(TapOptions{VnetHdr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	l, err := sb.Listen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+
+	if err := m.Release(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, sb); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+}
+
+func TestReapOrphans(t *testing.T) {
+	requireNetAdmin(t)
+	ctx := context.Background()
+	m := New(ctx, Config{PoolSize: -1})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	live, err := m.Acquire(ctx, "treap-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), live) })
+	dead, err := m.Acquire(ctx, "treap-dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), dead) })
+	removed, err := ReapOrphans(ctx, func(name string) bool { return name != dead.Name })
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range removed {
+		if r == dead.Name {
+			found = true
+		}
+		if r == live.Name {
+			t.Errorf("reaped live %s", r)
+		}
+	}
+	if !found {
+		t.Errorf("removed %v, want %s", removed, dead.Name)
+	}
+}
