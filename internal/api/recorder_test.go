@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"github.com/space-sandbox/space/internal/api/apiv1"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -36,3 +37,7 @@ func mustRequest(t *testing.T, method, target string) *http.Request {
 
 // pollPause spaces out polls of a state that has no change notification.
 func pollPause() { time.Sleep(5 * time.Millisecond) }
+
+func execShell(sh string) apiv1.ExecRequest {
+	return apiv1.ExecRequest{CreateCommandRequest: apiv1.CreateCommandRequest{Shell: sh}}
+}
