@@ -60,7 +60,7 @@ func (d *Driver) resolveAccel(ctx context.Context, kernel string) (string, error
 		return a, nil
 	}
 	accel := AccelTCG
-	if err := probeKVM(ctx, d.binary, kernel, AccelKVM, probeTimeout); err == nil {
+	if err := probeKVM(ctx, d.binary, kernel, AccelKVM, "", probeTimeout); err == nil {
 		accel = AccelKVM
 	} else {
 		d.log.Info("kvm probe failed; using tcg", "err", err)
@@ -128,7 +128,7 @@ func (d *Driver) saveAccelCache(m map[string]string) {
 // probeMarker and powers off. It succeeds only when the marker appears within
 // probeTimeout; it catches both an abort (QEMU exits without the marker) and
 // a hang (timeout).
-func probeKVM(ctx context.Context, binary, kernel, accel string, timeout time.Duration) error {
+func probeKVM(ctx context.Context, binary, kernel, accel, extraCmdline string, timeout time.Duration) error {
 	dir, err := os.MkdirTemp("", "space-qemu-probe-")
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func probeKVM(ctx context.Context, binary, kernel, accel string, timeout time.Du
 	args := []string{
 		"-M", machineOpts, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-m", "128", "-smp", "1", "-kernel", kernel, "-initrd", initrd,
-		"-serial", "stdio", "-append", "console=ttyS0 panic=-1 quiet",
+		"-serial", "stdio", "-append", "console=ttyS0 panic=-1 quiet " + extraCmdline,
 	}
 	args = append(args, accelArgs(accel)...)
 	cmd := exec.Command(binary, args...)

@@ -291,11 +291,15 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 	defer cancel()
 	q, err := dialQMP(qctx, filepath.Join(stateDir, fileQMP), v.done)
 	if err != nil {
-		v.log.Warn("adopted vmm does not answer on qmp; killing it", "err", err)
-		kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer kcancel()
-		_ = killGroup(kctx, rec.PID, v.done)
-		return gone()
+		select {
+		case <-v.done:
+			return gone()
+		default:
+		}
+		// Not killed: the VMM may be healthy and held by another live worker
+		// process (QMP serves one client at a time).
+		return nil, fmt.Errorf("qemu: recover %s: vmm %d runs but does not answer on qmp: %w (%v)",
+			rec.Spec.ID, rec.PID, errdefs.ErrUnavailable, err)
 	}
 	v.qmp = q
 	go v.cons.run(v.done)

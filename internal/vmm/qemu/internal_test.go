@@ -1,0 +1,132 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/vmm/vmmtest"
+)
+
+// TestProbeELFReachesInit boots the probe initramfs under TCG: the
+// hand-assembled /init must print the marker (else "auto" would never pick
+// KVM even where it works).
+func TestProbeELFReachesInit(t *testing.T) {
+	d, err := New(vmm.Options{Accel: AccelTCG})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Check(context.Background()); err != nil {
+		t.Skip(err)
+	}
+	k := vmmtest.FindKernel(t)
+	if err := probeKVM(context.Background(), d.binary, k.Vmlinuz, AccelTCG,
+		fmt.Sprintf("tsc_early_khz=%d", hostTSCkHz(d.log)), 3*time.Minute); err != nil {
+		t.Fatalf("probe under tcg: %v", err)
+	}
+}
+
+func TestAutoAccelIsCached(t *testing.T) {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		t.Skip("no /dev/kvm: auto resolves to tcg without probing")
+	}
+	cache := t.TempDir()
+	d, err := New(vmm.Options{Accel: AccelAuto, CacheDir: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Check(context.Background()); err != nil {
+		t.Skip(err)
+	}
+	k := vmmtest.FindKernel(t)
+	a, err := d.Accel(context.Background(), k.Vmlinuz)
+	if err != nil || (a != AccelKVM && a != AccelTCG) {
+		t.Fatalf("Accel = %q, %v", a, err)
+	}
+	b, err := os.ReadFile(filepath.Join(cache, "qemu-accel.json"))
+	if err != nil || !strings.Contains(string(b), `"`+a+`"`) {
+		t.Fatalf("cache file = %s, %v", b, err)
+	}
+	// A new driver answers from the cache file.
+	d2, _ := New(vmm.Options{Accel: AccelAuto, CacheDir: cache})
+	if got := d2.loadAccelCache()[d2.probeKey(k.Vmlinuz)]; got != a {
+		t.Errorf("cached accel for a new driver = %q, want %q", got, a)
+	}
+}
+
+func TestArgs(t *testing.T) {
+	d := &Driver{tscKHz: 2000000}
+	d.tscOnce.Do(func() {})
+	spec := vmm.BootSpec{
+		ID: "vm1", StateDir: "/s", Kernel: "/k", Initrd: "/i", Cmdline: "quiet",
+		Disks: []vmm.Disk{{Path: "/d,1.img"}, {Path: "/ro.img", ReadOnly: true}},
+		VCPUs: 2, MemoryMiB: 256, MemoryFile: "/m/mem",
+	}
+	tests := []struct {
+		name     string
+		accel    string
+		incoming bool
+		want     []string
+		wantNot  []string
+	}{
+		{"tcg", AccelTCG, false,
+			[]string{"tcg,thread=multi", "console=ttyS0 panic=-1 tsc_early_khz=2000000 quiet",
+				"id=disk0,file=/d,,1.img,format=raw,if=none,cache=none,aio=threads",
+				"id=disk1,file=/ro.img,format=raw,if=none,cache=none,aio=threads,readonly=on",
+				"memory-backend-file,id=mem,size=256M,mem-path=/m/mem,share=on",
+				machineOpts + ",memory-backend=mem", "virtserialport,chardev=agent,name=space.agent"},
+			[]string{"-incoming", "-S"}},
+		{"kvm incoming", AccelKVM, true,
+			[]string{"kvm", "host", "-incoming", "defer", "-S", "console=ttyS0 panic=-1 quiet"},
+			[]string{"tcg,thread=multi"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := d.args(spec, tc.accel, tc.incoming)
+			for _, w := range tc.want {
+				if !slices.Contains(args, w) {
+					t.Errorf("args lack %q: %q", w, args)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if slices.Contains(args, w) {
+					t.Errorf("args have %q: %q", w, args)
+				}
+			}
+		})
+	}
+}
+
+func TestConsoleRotationKeepsTail(t *testing.T) {
+	dir := t.TempDir()
+	c := newConsole(dir)
+	var b strings.Builder
+	for i := 0; b.Len() < 3*consoleKeep; i++ {
+		b.WriteString("line " + strings.Repeat("x", 50) + " " + time.Duration(i).String() + "\n")
+	}
+	b.WriteString("LAST LINE\n")
+	if err := os.WriteFile(filepath.Join(dir, fileConsole), []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.rotate()
+	if fi, _ := os.Stat(filepath.Join(dir, fileConsole)); fi.Size() != 0 {
+		t.Errorf("live log not truncated: %d bytes", fi.Size())
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, fileConsoleOld)); fi.Size() > consoleKeep {
+		t.Errorf("old log %d bytes, want <= %d", fi.Size(), consoleKeep)
+	}
+	if got := c.tail(1); len(got) != 1 || got[0] != "LAST LINE" {
+		t.Errorf("tail after rotate = %q", got)
+	}
+	c.freeze()
+	removeOwned(dir)
+	if got := c.tail(1); len(got) != 1 || got[0] != "LAST LINE" {
+		t.Errorf("tail after freeze = %q", got)
+	}
+}
