@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(append([]byte(nil), b...)) }
+
+func filesPut(ctx context.Context, args []string, env *Env) error {
+	fset := flag.NewFlagSet("files put", flag.ContinueOnError)
+	mode := fset.String("mode", "", "octal permission bits of the file (default 0644)")
+	asJSON := fset.Bool("json", false, "print JSON")
+	pos, _, err := parse(fset, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 3, "files put ID LOCAL REMOTE"); err != nil {
+		return err
+	}
+	var m uint64
+	if *mode != "" {
+		if m, err = strconv.ParseUint(*mode, 8, 32); err != nil {
+			return usagef("--mode: want octal bits such as 0644")
+		}
+	}
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	sbx, local, remote := pos[0], pos[1], pos[2]
+	if local != "-" {
+		if st, err := os.Stat(local); err == nil && st.IsDir() {
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(writeTar(pw, local)) }()
+			if err := c.PutTar(ctx, sbx, remote, pr); err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(env.Stdout, map[string]string{"path": remote, "format": "tar"})
+			}
+			return nil
+		}
+	}
+	var in io.Reader = env.Stdin
+	if local != "-" {
+		f, err := os.Open(local)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	info, err := c.PutFile(ctx, sbx, remote, uint32(m), in)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.Stdout, info)
+	}
+	return nil
+}
+
+// writeTar writes the directory dir as a tar stream with relative names.
+func writeTar(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+func filesGet(ctx context.Context, args []string, env *Env) error {
+	fset := flag.NewFlagSet("files get", flag.ContinueOnError)
+	asTar := fset.Bool("tar", false, "fetch a directory as a tar stream")
+	fset.Bool("json", false, "accepted for uniformity; file contents are raw")
+	pos, _, err := parse(fset, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 && len(pos) != 3 {
+		return usagef("want files get ID REMOTE [LOCAL]")
+	}
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	var rc io.ReadCloser
+	if *asTar {
+		rc, err = c.GetTar(ctx, pos[0], pos[1])
+	} else {
+		rc, err = c.GetFile(ctx, pos[0], pos[1])
+	}
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	out := env.Stdout
+	if len(pos) == 3 && pos[2] != "-" {
+		f, err := os.Create(pos[2])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	_, err = io.Copy(out, rc)
+	return err
+}
+
+func filesLs(ctx context.Context, args []string, env *Env) error {
+	fset := flag.NewFlagSet("files ls", flag.ContinueOnError)
+	asJSON := fset.Bool("json", false, "print JSON")
+	pos, _, err := parse(fset, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 2, "files ls ID PATH"); err != nil {
+		return err
+	}
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	entries, err := c.ListFiles(ctx, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.Stdout, entries)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Mode, e.Type, e.Size, e.MTime.Local().Format(time.DateTime), e.Name)
+	}
+	return tw.Flush()
+}
