@@ -55,7 +55,7 @@ func dialQMP(ctx context.Context, path string, gone <-chan struct{}) (*qmpClient
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("qmp connect: %w (last: %v)", errdefs.ErrDeadlineExceeded, err)
+			return nil, fmt.Errorf("qmp connect: %w (last: %v)", ctxErr(ctx), err)
 		case <-gone:
 			return nil, fmt.Errorf("qmp connect: vmm exited: %w", errdefs.ErrUnavailable)
 		case <-tick.C:
@@ -160,7 +160,7 @@ func (q *qmpClient) Execute(ctx context.Context, cmd string, args any, result an
 	case <-q.closed:
 		return fmt.Errorf("qmp %s: connection closed: %w", cmd, errdefs.ErrUnavailable)
 	case <-ctx.Done():
-		return fmt.Errorf("qmp %s: %w", cmd, errors.Join(errdefs.ErrDeadlineExceeded, ctx.Err()))
+		return fmt.Errorf("qmp %s: %w", cmd, ctxErr(ctx))
 	}
 }
 
@@ -170,4 +170,12 @@ func (q *qmpClient) Close() error {
 		return nil
 	}
 	return q.conn.Close()
+}
+
+// ctxErr classifies a finished context's error.
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return errdefs.ErrCancelled
+	}
+	return errdefs.ErrDeadlineExceeded
 }
