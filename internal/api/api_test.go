@@ -133,7 +133,7 @@ func TestReadyz(t *testing.T) {
 	if status, _, _ := e.do("GET", "/readyz", "", nil); status != 200 {
 		t.Errorf("readyz: %d", status)
 	}
-	e.worker.notReady = errors.New("no kernel at /secret/host/path")
+	e.worker.NotReady = errors.New("no kernel at /secret/host/path")
 	status, _, body := e.do("GET", "/readyz", "", nil)
 	if status != 503 || strings.Contains(string(body), "/secret") {
 		t.Errorf("readyz not ready: %d %s", status, body)

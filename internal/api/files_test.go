@@ -34,7 +34,7 @@ func TestFiles(t *testing.T) {
 		t.Errorf("get: %q", b)
 	}
 	// What a file write puts there, a command sees.
-	res, err := e.alice.Exec(ctx, sb.ID, execShell("cat "+e.worker.vms[sb.ID].root+"/work/dir/hello.txt"))
+	res, err := e.alice.Exec(ctx, sb.ID, execShell("cat "+e.worker.VM(sb.ID).Root+"/work/dir/hello.txt"))
 	if err != nil || res.Stdout != "hi there" {
 		t.Errorf("exec sees file: %+v %v", res, err)
 	}

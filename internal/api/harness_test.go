@@ -6,144 +6,21 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/space-sandbox/space/internal/agent"
-	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/api/apitest"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/client"
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/operation"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
-	"github.com/space-sandbox/space/internal/worker"
 )
-
-// fakeWorker is a hand-made worker.Worker: instead of a VM each sandbox gets
-// a real space-agent in test mode, in this process, serving a temp dir as
-// its filesystem over a unix socket.
-type fakeWorker struct {
-	t     *testing.T
-	mu    sync.Mutex
-	vms   map[string]*fakeVM
-	exits chan worker.Exit
-	// createErr, when set, makes CreateSandbox fail.
-	createErr error
-	// gate, when set, blocks CreateSandbox until closed.
-	gate     chan struct{}
-	notReady error
-	deleted  []string
-}
-
-type fakeVM struct {
-	id     string
-	root   string
-	client *agentclient.Client
-	cancel context.CancelFunc
-}
-
-func newFakeWorker(t *testing.T) *fakeWorker {
-	return &fakeWorker{t: t, vms: map[string]*fakeVM{}, exits: make(chan worker.Exit, 8)}
-}
-
-func (w *fakeWorker) Ready(ctx context.Context) error { return w.notReady }
-
-func (w *fakeWorker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (worker.SandboxStatus, error) {
-	w.mu.Lock()
-	gate, cerr := w.gate, w.createErr
-	w.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return worker.SandboxStatus{}, ctx.Err()
-		}
-	}
-	if cerr != nil {
-		return worker.SandboxStatus{}, cerr
-	}
-	dir, err := os.MkdirTemp("", "space-api-vm-")
-	if err != nil {
-		return worker.SandboxStatus{}, err
-	}
-	root := filepath.Join(dir, "root")
-	os.Mkdir(root, 0o755)
-	actx, cancel := context.WithCancel(context.Background())
-	ag := agent.New(agent.Config{FileRoot: root})
-	sock := filepath.Join(dir, "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		cancel()
-		return worker.SandboxStatus{}, err
-	}
-	go ag.ServeListener(actx, ln)
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}, nil)
-	vm := &fakeVM{id: spec.ID, root: root, client: c, cancel: func() {
-		c.Close()
-		cancel()
-		os.RemoveAll(dir)
-	}}
-	w.mu.Lock()
-	w.vms[spec.ID] = vm
-	w.mu.Unlock()
-	w.t.Cleanup(vm.cancel)
-	return worker.SandboxStatus{ID: spec.ID, State: worker.VMRunning, BootedAt: time.Now()}, nil
-}
-
-func (w *fakeWorker) DeleteSandbox(ctx context.Context, id string) error {
-	w.mu.Lock()
-	vm := w.vms[id]
-	delete(w.vms, id)
-	w.deleted = append(w.deleted, id)
-	w.mu.Unlock()
-	if vm != nil {
-		vm.cancel()
-	}
-	return nil
-}
-
-func (w *fakeWorker) Sandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, ok := w.vms[id]; !ok {
-		return worker.SandboxStatus{}, errdefs.ErrNotFound
-	}
-	return worker.SandboxStatus{ID: id, State: worker.VMRunning}, nil
-}
-
-func (w *fakeWorker) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []worker.SandboxStatus
-	for id := range w.vms {
-		out = append(out, worker.SandboxStatus{ID: id, State: worker.VMRunning})
-	}
-	return out, nil
-}
-
-func (w *fakeWorker) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	vm, ok := w.vms[id]
-	if !ok {
-		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %s is not on this worker", id)
-	}
-	return vm.client, nil
-}
-
-func (w *fakeWorker) Exits() <-chan worker.Exit { return w.exits }
-func (w *fakeWorker) Close() error             { return nil }
 
 // env is one API server over a real SQLite store, operation engine and
 // authenticator, with the fake worker.
@@ -153,7 +30,7 @@ type env struct {
 	http   *httptest.Server
 	store  store.Store
 	ops    *operation.Engine
-	worker *fakeWorker
+	worker *apitest.Worker
 	// keys of the tenants "admin" (admin key), "alice" and "bob".
 	adminKey, aliceKey, bobKey string
 	alice, bob                 *client.Client
@@ -179,7 +56,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		eng.Close(ctx)
 	})
 	au := auth.New(st, log)
-	fw := newFakeWorker(t)
+	fw := apitest.NewWorker(t)
 	srv, err := New(cfg, Deps{Store: st, Ops: eng, Auth: au, Worker: fw, Logger: log, Metrics: m})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
-	"github.com/space-sandbox/space/internal/worker"
 )
 
 func TestSandboxLifecycle(t *testing.T) {
@@ -65,7 +64,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if sb.State != apiv1.SandboxDeleted {
 		t.Errorf("after delete: %s", sb.State)
 	}
-	if _, ok := e.worker.vms[id]; ok {
+	if e.worker.VM(id) != nil {
 		t.Error("VM still on the worker")
 	}
 	// Deleting again is a state conflict that names the state.
@@ -89,7 +88,7 @@ func TestSandboxLifecycle(t *testing.T) {
 
 func TestSandboxCreateFails(t *testing.T) {
 	e := newEnv(t, Config{})
-	e.worker.createErr = fmt.Errorf("qemu died at /var/lib/space/x: %w", errdefs.ErrUnavailable)
+	e.worker.CreateErr = fmt.Errorf("qemu died at /var/lib/space/x: %w", errdefs.ErrUnavailable)
 	ctx := t.Context()
 	res, err := e.alice.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "base"})
 	if err != nil {
@@ -106,8 +105,8 @@ func TestSandboxCreateFails(t *testing.T) {
 	if b, _ := json.Marshal(sb); containsAny(string(b), "/var/lib", "qemu") {
 		t.Errorf("host detail leaked: %s", b)
 	}
-	if len(e.worker.deleted) != 1 {
-		t.Errorf("worker cleanup calls: %v", e.worker.deleted)
+	if len(e.worker.Deleted) != 1 {
+		t.Errorf("worker cleanup calls: %v", e.worker.Deleted)
 	}
 	// A failed sandbox can be deleted.
 	del, err := e.alice.DeleteSandbox(ctx, sb.ID)
@@ -156,7 +155,7 @@ func TestStateConflicts(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx := t.Context()
 	gate := make(chan struct{})
-	e.worker.gate = gate
+	e.worker.Gate = gate
 	res, err := e.alice.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "base"})
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +276,7 @@ func TestVMExitFailsSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.worker.DeleteSandbox(ctx, sb.ID)
-	e.worker.exits <- worker.Exit{SandboxID: sb.ID, Err: errors.New("console: kernel panic")}
+	e.worker.Exit(sb.ID, errors.New("console: kernel panic"))
 	for {
 		got, err := e.alice.GetSandbox(ctx, sb.ID)
 		if err != nil {

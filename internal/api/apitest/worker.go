@@ -1,0 +1,149 @@
+// Package apitest provides a worker.Worker for tests of the API and its
+// clients: each sandbox is a real space-agent in test mode, in the test
+// process, serving a temp dir as its filesystem. No VMs, no root needed.
+package apitest
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// Worker is a hand-made worker.Worker: instead of a VM each sandbox gets
+// a real space-agent in test mode, in this process, serving a temp dir as
+// its filesystem over a unix socket.
+type Worker struct {
+	t     testing.TB
+	mu    sync.Mutex
+	vms   map[string]*VM
+	exits chan worker.Exit
+	// CreateErr, when set, makes CreateSandbox fail.
+	CreateErr error
+	// Gate, when set, blocks CreateSandbox until closed.
+	Gate     chan struct{}
+	NotReady error
+	Deleted  []string
+}
+
+// VM is one fake sandbox.
+type VM struct {
+	ID     string
+	Root   string
+	client *agentclient.Client
+	cancel context.CancelFunc
+}
+
+// NewWorker returns a fake worker; its agents end with the test.
+func NewWorker(t testing.TB) *Worker {
+	return &Worker{t: t, vms: map[string]*VM{}, exits: make(chan worker.Exit, 8)}
+}
+
+func (w *Worker) Ready(ctx context.Context) error { return w.NotReady }
+
+func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (worker.SandboxStatus, error) {
+	w.mu.Lock()
+	gate, cerr := w.Gate, w.CreateErr
+	w.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return worker.SandboxStatus{}, ctx.Err()
+		}
+	}
+	if cerr != nil {
+		return worker.SandboxStatus{}, cerr
+	}
+	dir, err := os.MkdirTemp("", "space-api-vm-")
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	root := filepath.Join(dir, "root")
+	os.Mkdir(root, 0o755)
+	actx, cancel := context.WithCancel(context.Background())
+	ag := agent.New(agent.Config{FileRoot: root})
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		cancel()
+		return worker.SandboxStatus{}, err
+	}
+	go ag.ServeListener(actx, ln)
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}, nil)
+	vm := &VM{ID: spec.ID, Root: root, client: c, cancel: func() {
+		c.Close()
+		cancel()
+		os.RemoveAll(dir)
+	}}
+	w.mu.Lock()
+	w.vms[spec.ID] = vm
+	w.mu.Unlock()
+	w.t.Cleanup(vm.cancel)
+	return worker.SandboxStatus{ID: spec.ID, State: worker.VMRunning, BootedAt: time.Now()}, nil
+}
+
+func (w *Worker) DeleteSandbox(ctx context.Context, id string) error {
+	w.mu.Lock()
+	vm := w.vms[id]
+	delete(w.vms, id)
+	w.Deleted = append(w.Deleted, id)
+	w.mu.Unlock()
+	if vm != nil {
+		vm.cancel()
+	}
+	return nil
+}
+
+func (w *Worker) Sandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.vms[id]; !ok {
+		return worker.SandboxStatus{}, errdefs.ErrNotFound
+	}
+	return worker.SandboxStatus{ID: id, State: worker.VMRunning}, nil
+}
+
+func (w *Worker) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []worker.SandboxStatus
+	for id := range w.vms {
+		out = append(out, worker.SandboxStatus{ID: id, State: worker.VMRunning})
+	}
+	return out, nil
+}
+
+func (w *Worker) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	vm, ok := w.vms[id]
+	if !ok {
+		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %s is not on this worker", id)
+	}
+	return vm.client, nil
+}
+
+func (w *Worker) Exits() <-chan worker.Exit { return w.exits }
+func (w *Worker) Close() error              { return nil }
+
+// Exit reports that sandbox id's VM stopped on its own.
+func (w *Worker) Exit(id string, err error) { w.exits <- worker.Exit{SandboxID: id, Err: err} }
+
+// VM returns the fake VM of a sandbox (nil when there is none).
+func (w *Worker) VM(id string) *VM {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.vms[id]
+}
