@@ -31,7 +31,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	a := agent.New(ctx, agent.Config{Logger: log, Version: version, FileRoot: *root})
+	a := agent.New(agent.Config{Logger: log, Version: version, FileRoot: *root})
 	var err error
 	switch {
 	case *listen != "":

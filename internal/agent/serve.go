@@ -19,12 +19,26 @@ import (
 // requestTimeout bounds how long a new stream may take to send its request.
 const requestTimeout = 30 * time.Second
 
-// ServeConn runs one link session on conn: the sync handshake, then yamux
-// until the session ends (the host went away, a protocol error, or ctx).
-// It returns io.EOF when conn ended before the handshake completed. It does
-// not close conn.
+// ServeConn serves link sessions on conn until it ends or ctx is done. Each
+// session is the sync handshake, then yamux until the host goes away or a
+// protocol error (a new host handshaking on the same stream, as after a
+// snapshot restore) ends it; then the agent syncs again on the same stream.
+// It returns io.EOF when conn ended (under virtio-serial: no host is
+// connected). It does not close conn.
 func (a *Agent) ServeConn(ctx context.Context, conn net.Conn) error {
-	synced, err := agentproto.AgentSync(ctx, conn)
+	for {
+		if err := a.serveSession(ctx, conn); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (a *Agent) serveSession(ctx context.Context, conn net.Conn) error {
+	sc := &sessionConn{Conn: conn}
+	synced, err := agentproto.AgentSync(ctx, sc)
 	if err != nil {
 		return err
 	}
@@ -32,7 +46,10 @@ func (a *Agent) ServeConn(ctx context.Context, conn net.Conn) error {
 	if err != nil {
 		return err
 	}
-	defer sess.Close()
+	defer func() {
+		_ = sess.Close() // returns once yamux's reader and writer stopped
+		_ = conn.SetDeadline(time.Time{})
+	}()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -48,14 +65,18 @@ func (a *Agent) ServeConn(ctx context.Context, conn net.Conn) error {
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
 			return nil
 		}
 		go a.handle(sctx, st)
 	}
 }
+
+// sessionConn lets yamux "close" the stream without closing it: Close only
+// interrupts pending reads and writes, so the next session can sync on the
+// same stream.
+type sessionConn struct{ net.Conn }
+
+func (c *sessionConn) Close() error { return c.Conn.SetDeadline(time.Now()) }
 
 // ServeListener serves every connection accepted on ln (each is one link
 // session) until ctx is done. Used in tests and for vsock.
