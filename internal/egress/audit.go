@@ -1,0 +1,60 @@
+package egress
+
+import (
+	"sync"
+	"time"
+)
+
+// Record is one audit entry: a connection, HTTP request or DNS query the
+// guest attempted, and what the policy made of it.
+type Record struct {
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox"`
+	// Kind is "http", "tls", "tcp" or "dns".
+	Kind string `json:"kind"`
+	// Destination is what the guest asked for: a name (with port) when it
+	// gave one, the address it dialled otherwise.
+	Destination string `json:"destination"`
+	// Upstream is the address the platform connected to, if any.
+	Upstream string `json:"upstream,omitempty"`
+	Allowed  bool   `json:"allowed"`
+	// Rule is the policy entry that decided ("allow pypi.org",
+	// "default deny") or the guard that refused ("forbidden address").
+	Rule string `json:"rule"`
+	// BytesOut went from the guest to the upstream, BytesIn came back.
+	BytesOut int64 `json:"bytes_out"`
+	BytesIn  int64 `json:"bytes_in"`
+	// Injected lists header names the proxy set (never their values).
+	Injected []string `json:"injected,omitempty"`
+}
+
+// ring keeps the last n records of one sandbox.
+type ring struct {
+	mu   sync.Mutex
+	buf  []Record
+	next int
+	full bool
+}
+
+func newRing(n int) *ring { return &ring{buf: make([]Record, n)} }
+
+func (r *ring) add(rec Record) {
+	r.mu.Lock()
+	r.buf[r.next] = rec
+	r.next = (r.next + 1) % len(r.buf)
+	if r.next == 0 {
+		r.full = true
+	}
+	r.mu.Unlock()
+}
+
+func (r *ring) snapshot() []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.full {
+		return append([]Record(nil), r.buf[:r.next]...)
+	}
+	out := make([]Record, 0, len(r.buf))
+	out = append(out, r.buf[r.next:]...)
+	return append(out, r.buf[:r.next]...)
+}

@@ -1,0 +1,239 @@
+package egress
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// httpIdle bounds how long a kept-alive guest connection may sit idle.
+const httpIdle = 5 * time.Minute
+
+// serveHTTP proxies plain HTTP/1.x request by request: each request is judged
+// by its own Host under the policy current at that moment, sent to the
+// address the platform resolved for that Host, and given the credentials its
+// domain's inject rules name; responses are scrubbed of those credentials.
+func (c *proxyConn) serveHTTP(br *bufio.Reader) {
+	sb := c.sb
+	port := c.dst.Port()
+	var up net.Conn
+	var upBR *bufio.Reader
+	var upName string
+	defer func() {
+		if up != nil {
+			up.Close()
+		}
+	}()
+	for {
+		_ = c.guest.SetReadDeadline(time.Now().Add(httpIdle))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_ = c.guest.SetReadDeadline(time.Time{})
+		host := req.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		name := normalizeName(host)
+		r := sb.rules.Load()
+		rec := Record{Kind: "http", Destination: net.JoinHostPort(host, strconv.Itoa(int(port)))}
+		if name == "" {
+			rec.Rule = "no host name"
+			if ok, rule := r.decideAddr(c.dst.Addr()); ok {
+				rec.Rule = rule + " (HTTP by address needs a CIDR rule)"
+			}
+			sb.record(rec)
+			deny(c.guest, req)
+			return
+		}
+		ok, rule := r.decideName(name)
+		rec.Rule = rule
+		if !ok {
+			sb.record(rec)
+			deny(c.guest, req)
+			return
+		}
+		if up == nil || name != upName {
+			if up != nil {
+				up.Close()
+			}
+			conn, addr, why := sb.dialName(sb.ctx, r, name, port)
+			if conn == nil {
+				rec.Rule = why
+				sb.record(rec)
+				writeStatus(c.guest, req, http.StatusBadGateway, "egress: upstream unavailable\n")
+				return
+			}
+			if c.setUpstream("http", name, conn) != nil {
+				conn.Close()
+				return
+			}
+			up, upBR, upName, rec.Upstream = conn, bufio.NewReader(&countReader{r: conn, n: &c.in}), name, addr
+		} else {
+			rec.Upstream = up.RemoteAddr().String()
+		}
+		secrets, injected, err := c.inject(sb.ctx, r, name, req)
+		rec.Injected = injected
+		if err != nil {
+			rec.Rule = "credential unavailable"
+			sb.record(rec)
+			writeStatus(c.guest, req, http.StatusBadGateway, "egress: credential unavailable\n")
+			return
+		}
+		rec.Allowed = true
+		out0, in0 := c.out.Load(), c.in.Load()
+		keep := c.roundTrip(req, br, up, upBR, secrets)
+		rec.BytesOut, rec.BytesIn = c.out.Load()-out0, c.in.Load()-in0
+		sb.record(rec)
+		if !keep {
+			return
+		}
+	}
+}
+
+// inject sets the headers of every inject rule for name and returns the
+// resolved values to scrub from the response.
+func (c *proxyConn) inject(ctx context.Context, r *rules, name string, req *http.Request) ([]string, []string, error) {
+	rules := r.injectionsFor(name)
+	if len(rules) == 0 {
+		return nil, nil, nil
+	}
+	var secrets, headers []string
+	for _, in := range rules {
+		var v strings.Builder
+		for _, p := range in.value.parts {
+			if p.secret == "" {
+				v.WriteString(p.lit)
+				continue
+			}
+			s, err := c.sb.secrets(ctx, p.secret)
+			if err != nil {
+				c.sb.log.Warn("egress: resolve secret", "secret", p.secret, "err", err)
+				return nil, headers, err
+			}
+			if strings.ContainsAny(s, "\r\n\x00") {
+				return nil, headers, fmt.Errorf("secret %q holds a line break", p.secret)
+			}
+			secrets = append(secrets, s)
+			v.WriteString(s)
+		}
+		req.Header.Set(in.header, v.String())
+		secrets = append(secrets, v.String())
+		headers = append(headers, in.header)
+	}
+	// Compressed echoes would hide the value from the scrubber.
+	req.Header.Set("Accept-Encoding", "identity")
+	return secrets, headers, nil
+}
+
+// roundTrip sends req upstream and streams the response back, scrubbed.
+// It reports whether the guest connection may carry another request.
+func (c *proxyConn) roundTrip(req *http.Request, guestBR *bufio.Reader, up net.Conn, upBR *bufio.Reader, secrets []string) bool {
+	req.Header.Del("Expect") // no 100-continue dance through the proxy
+	req.Header.Del("Proxy-Connection")
+	uw := &countWriter{w: up, n: &c.out}
+	if err := req.Write(uw); err != nil {
+		writeStatus(c.guest, req, http.StatusBadGateway, "egress: upstream write failed\n")
+		return false
+	}
+	resp, err := http.ReadResponse(upBR, req)
+	if err != nil {
+		writeStatus(c.guest, req, http.StatusBadGateway, "egress: bad upstream response\n")
+		return false
+	}
+	defer resp.Body.Close()
+	sc := newScrubber(secrets)
+	if sc != nil {
+		for k, vs := range resp.Header {
+			for i := range vs {
+				vs[i] = sc.scrubString(vs[i])
+			}
+			resp.Header[k] = vs
+		}
+		resp.Trailer = nil
+		switch enc := strings.ToLower(resp.Header.Get("Content-Encoding")); enc {
+		case "", "identity":
+		case "gzip", "x-gzip":
+			zr, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				writeStatus(c.guest, req, http.StatusBadGateway, "egress: bad upstream encoding\n")
+				return false
+			}
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{zr, resp.Body}
+			resp.Header.Del("Content-Encoding")
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = -1
+			resp.TransferEncoding = []string{"chunked"}
+		default:
+			writeStatus(c.guest, req, http.StatusBadGateway, "egress: upstream encoding not scrubbable\n")
+			return false
+		}
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{sc.reader(resp.Body), resp.Body}
+	}
+	if err := resp.Write(c.guest); err != nil {
+		return false
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		var from io.Reader = upBR
+		if sc != nil {
+			from = sc.reader(upBR)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); io.Copy(c.guest, from); closeWrite(c.guest) }()
+		io.Copy(uw, guestBR)
+		closeWrite(up)
+		<-done
+		return false
+	}
+	return !req.Close && !resp.Close
+}
+
+func deny(w io.Writer, req *http.Request) {
+	writeStatus(w, req, http.StatusForbidden, "egress: blocked by the sandbox's network policy\n")
+}
+
+func writeStatus(w io.Writer, req *http.Request, code int, body string) {
+	resp := &http.Response{
+		StatusCode: code, ProtoMajor: 1, ProtoMinor: 1, Request: req,
+		Header:        http.Header{"Content-Type": {"text/plain; charset=utf-8"}, "Connection": {"close"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Close: true,
+	}
+	_ = resp.Write(w)
+}
+
+type countReader struct {
+	r io.Reader
+	n interface{ Add(int64) int64 }
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n interface{ Add(int64) int64 }
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}

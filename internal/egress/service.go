@@ -1,0 +1,248 @@
+// Package egress decides and carries everything a sandbox's guest sends out:
+// a DNS server that answers only names the policy could allow, a transparent
+// proxy that matches HTTP by Host and TLS by SNI (without terminating TLS)
+// and other TCP by CIDR, always connecting to the address the platform
+// resolved rather than one the guest chose, injection of credentials into
+// plain-HTTP requests for matching domains with the secret scrubbed from what
+// flows back, per-sandbox connection limits, and an audit ring per sandbox.
+//
+// It does not create namespaces or firewall rules (package network does and
+// hands it listeners bound inside the sandbox namespace), and it never stores
+// secret values: they are resolved through a caller's function per request.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// Resolver looks names up for the platform; *net.Resolver satisfies it and
+// net.DefaultResolver (which reads /etc/hosts) is the default.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// SecretFunc returns the current value of the named secret.
+type SecretFunc func(ctx context.Context, name string) (string, error)
+
+// Config configures a Service. The zero value works.
+type Config struct {
+	Logger   *slog.Logger
+	Resolver Resolver
+	// Dial connects to upstreams from the worker's namespace
+	// (default net.Dialer with a 10 s timeout).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Forbidden are prefixes no policy may reach, on top of loopback,
+	// link-local, multicast and this machine's own addresses. Pass the
+	// sandbox link network and the control plane's network here.
+	Forbidden []netip.Prefix
+	// MaxConns caps a sandbox's concurrent proxied connections (default 256).
+	MaxConns int
+	// AuditSize is how many records each sandbox keeps (default 1024).
+	AuditSize int
+	// PeekTimeout bounds the wait for a guest's first bytes (default 10 s).
+	PeekTimeout time.Duration
+	// DNSTTL is the TTL of DNS answers (default 5 s, so policy changes bite soon).
+	DNSTTL time.Duration
+}
+
+// Listeners are the sockets the guest's traffic is redirected to (see
+// network.Sandbox.Listen). The Service closes them on Detach.
+type Listeners struct {
+	Proxy  net.Listener
+	DNSTCP net.Listener
+	DNSUDP net.PacketConn
+}
+
+// Service runs the egress path of every sandbox on a worker.
+type Service struct {
+	cfg   Config
+	log   *slog.Logger
+	guard *guard
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+}
+
+// New returns a Service.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		cfg.Dial = d.DialContext
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 256
+	}
+	if cfg.AuditSize <= 0 {
+		cfg.AuditSize = 1024
+	}
+	if cfg.PeekTimeout <= 0 {
+		cfg.PeekTimeout = 10 * time.Second
+	}
+	if cfg.DNSTTL <= 0 {
+		cfg.DNSTTL = 5 * time.Second
+	}
+	return &Service{cfg: cfg, log: cfg.Logger, guard: &guard{extra: cfg.Forbidden}, sandboxes: map[string]*sandbox{}}
+}
+
+// sandbox is one attached sandbox.
+type sandbox struct {
+	id      string
+	svc     *Service
+	log     *slog.Logger
+	rules   atomic.Pointer[rules]
+	secrets SecretFunc
+	audit   *ring
+	ls      Listeners
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	slots   chan struct{}
+
+	mu    sync.Mutex
+	conns map[*proxyConn]struct{}
+}
+
+// Attach starts serving sandbox id's listeners under policy p. secrets
+// resolves ${secret:NAME} references at request time (nil: none resolve).
+func (s *Service) Attach(ctx context.Context, id string, ls Listeners, p Policy, secrets SecretFunc) error {
+	r, err := compile(p)
+	if err != nil {
+		return err
+	}
+	if ls.Proxy == nil || ls.DNSTCP == nil || ls.DNSUDP == nil {
+		return fmt.Errorf("egress attach %s: all listeners are required: %w", id, errdefs.ErrInvalidArgument)
+	}
+	if secrets == nil {
+		secrets = func(ctx context.Context, name string) (string, error) {
+			return "", fmt.Errorf("secret %q: %w", name, errdefs.ErrNotFound)
+		}
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sb := &sandbox{
+		id: id, svc: s, log: s.log.With("sandbox", id), secrets: secrets,
+		audit: newRing(s.cfg.AuditSize), ls: ls, ctx: sctx, cancel: cancel,
+		slots: make(chan struct{}, s.cfg.MaxConns), conns: map[*proxyConn]struct{}{},
+	}
+	sb.rules.Store(r)
+	s.mu.Lock()
+	if _, dup := s.sandboxes[id]; dup {
+		s.mu.Unlock()
+		cancel()
+		return fmt.Errorf("egress for sandbox %s: %w", id, errdefs.ErrConflict)
+	}
+	s.sandboxes[id] = sb
+	s.mu.Unlock()
+	sb.wg.Add(3)
+	go func() { defer sb.wg.Done(); sb.serveProxy() }()
+	go func() { defer sb.wg.Done(); sb.serveDNS(ls.DNSUDP, nil) }()
+	go func() { defer sb.wg.Done(); sb.serveDNS(nil, ls.DNSTCP) }()
+	return nil
+}
+
+func (s *Service) get(id string) (*sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("egress for sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, nil
+}
+
+// SetPolicy replaces sandbox id's policy at once: new connections, requests
+// and queries see it immediately, and open connections it no longer allows
+// are closed.
+func (s *Service) SetPolicy(ctx context.Context, id string, p Policy) error {
+	r, err := compile(p)
+	if err != nil {
+		return err
+	}
+	sb, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	sb.rules.Store(r)
+	sb.mu.Lock()
+	var stale []*proxyConn
+	for c := range sb.conns {
+		if !c.stillAllowed(r) {
+			stale = append(stale, c)
+		}
+	}
+	sb.mu.Unlock()
+	for _, c := range stale {
+		c.kill()
+	}
+	sb.log.InfoContext(ctx, "egress policy replaced", "closed", len(stale))
+	return nil
+}
+
+// Log returns sandbox id's audit records, oldest first.
+func (s *Service) Log(id string) ([]Record, error) {
+	sb, err := s.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.audit.snapshot(), nil
+}
+
+// Detach stops serving sandbox id: closes its listeners and connections and
+// waits for its goroutines. Safe to call twice.
+func (s *Service) Detach(ctx context.Context, id string) error {
+	s.mu.Lock()
+	sb, ok := s.sandboxes[id]
+	delete(s.sandboxes, id)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	sb.cancel()
+	err := errors.Join(sb.ls.Proxy.Close(), sb.ls.DNSTCP.Close(), sb.ls.DNSUDP.Close())
+	sb.mu.Lock()
+	for c := range sb.conns {
+		c.kill()
+	}
+	sb.mu.Unlock()
+	sb.wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("egress detach %s: %w", id, errors.Join(errdefs.ErrInternal, err))
+	}
+	return nil
+}
+
+// Close detaches every sandbox.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.sandboxes))
+	for id := range s.sandboxes {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		errs = append(errs, s.Detach(ctx, id))
+	}
+	return errors.Join(errs...)
+}
+
+func (sb *sandbox) record(r Record) {
+	r.Time, r.Sandbox = time.Now().UTC(), sb.id
+	sb.audit.add(r)
+	sb.log.Debug("egress", "kind", r.Kind, "dest", r.Destination, "allowed", r.Allowed, "rule", r.Rule)
+}
