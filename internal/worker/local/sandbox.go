@@ -185,10 +185,7 @@ func configure(ctx context.Context, c *agentclient.Client, spec worker.SandboxSp
 	if _, err := rand.Read(seed); err != nil {
 		return err
 	}
-	host := spec.Hostname
-	if host == "" {
-		host = strings.ReplaceAll(spec.ID, "_", "-")
-	}
+	host := hostname(spec)
 	return c.Configure(ctx, agentproto.Configure{
 		SandboxID: spec.ID, Hostname: host, Env: spec.Env, Entropy: seed, Now: time.Now().UTC(),
 	})
@@ -323,4 +320,18 @@ func removeAll(dir string) error {
 		return fmt.Errorf("remove sandbox files: %w", err)
 	}
 	return nil
+}
+
+// hostname is a valid host name (RFC 1123 label) for the sandbox: sandbox
+// ids carry an underscore, which host names cannot.
+func hostname(spec worker.SandboxSpec) string {
+	h := spec.Hostname
+	if h == "" {
+		h = spec.ID
+	}
+	h = strings.ToLower(strings.ReplaceAll(h, "_", "-"))
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return strings.Trim(h, "-")
 }
