@@ -90,20 +90,36 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	if err != nil {
 		return Metadata{}, err
 	}
-	if m, err := Load(opts.TemplatesDir, BaseName); err == nil && m.InputDigest == input {
+	if m, ok := findInput(opts.TemplatesDir, BaseName, input); ok {
+		if latest, err := Load(opts.TemplatesDir, BaseName); err != nil || latest.Digest != m.Digest {
+			unlock, err := lockTemplates(opts.TemplatesDir)
+			if err != nil {
+				return Metadata{}, err
+			}
+			err = setLatest(Dir(opts.TemplatesDir, BaseName), m.Digest)
+			unlock()
+			if err != nil {
+				return Metadata{}, err
+			}
+		}
 		log.DebugContext(ctx, "base template cached", "digest", m.Digest)
 		return m, nil
 	}
 
-	dir := Dir(opts.TemplatesDir, BaseName)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Metadata{}, fmt.Errorf("template: create %s: %v: %w", BaseName, err, errdefs.ErrInternal)
+	if err := os.MkdirAll(opts.TemplatesDir, 0o755); err != nil {
+		return Metadata{}, fmt.Errorf("template: create templates dir: %v: %w", err, errdefs.ErrInternal)
 	}
-	staging, err := os.MkdirTemp(dir, ".staging-*")
+	tmp, err := os.MkdirTemp(opts.TemplatesDir, ".build-"+BaseName+"-")
 	if err != nil {
 		return Metadata{}, fmt.Errorf("template: staging dir: %v: %w", err, errdefs.ErrInternal)
 	}
-	defer os.RemoveAll(staging)
+	defer os.RemoveAll(tmp)
+	staging, out := filepath.Join(tmp, "root"), filepath.Join(tmp, "out")
+	for _, d := range []string{staging, out} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return Metadata{}, fmt.Errorf("template: staging dir: %v: %w", err, errdefs.ErrInternal)
+		}
+	}
 	if err := stageBase(ctx, staging, opts.Busybox, busybox, agent); err != nil {
 		return Metadata{}, err
 	}
@@ -115,32 +131,30 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	if defaults.DiskMiB == 0 {
 		defaults.DiskMiB = int(size / mib)
 	}
-
-	tmpImage := filepath.Join(dir, ".rootfs.ext4.tmp-"+filepath.Base(staging))
-	defer os.Remove(tmpImage) // a no-op once renamed
-	if err := MakeExt4(ctx, staging, tmpImage, size, input); err != nil {
+	image := filepath.Join(out, ImageFile)
+	if err := MakeExt4(ctx, staging, image, size, input); err != nil {
 		return Metadata{}, err
 	}
-	digest, err := imageDigest(ctx, tmpImage, defaults)
+	digest, err := imageDigest(ctx, image, defaults)
 	if err != nil {
 		return Metadata{}, err
 	}
-	image := filepath.Join(dir, ImageFile)
-	if err := os.Rename(tmpImage, image); err != nil {
-		return Metadata{}, fmt.Errorf("template: install image: %v: %w", err, errdefs.ErrInternal)
-	}
-	m := Metadata{
-		Name:        BaseName,
-		Digest:      digest,
-		SizeBytes:   size,
-		Defaults:    defaults,
-		CreatedAt:   time.Now().UTC().Truncate(time.Second),
-		InputDigest: input,
-		Image:       image,
-	}
-	if err := save(dir, m); err != nil {
+	m, err := install(opts.TemplatesDir, Metadata{
+		Name:         BaseName,
+		Digest:       digest,
+		SizeBytes:    size,
+		ContentBytes: content,
+		Defaults:     defaults,
+		CreatedAt:    time.Now().UTC().Truncate(time.Millisecond),
+		Source:       &Source{Type: SourceBase},
+		InputDigest:  input,
+	}, out)
+	if err != nil {
 		return Metadata{}, err
 	}
+	// Images of the layout before per-digest builds: nothing reads them now.
+	os.Remove(filepath.Join(Dir(opts.TemplatesDir, BaseName), ImageFile))
+	os.Remove(filepath.Join(Dir(opts.TemplatesDir, BaseName), MetadataFile))
 	log.InfoContext(ctx, "base template built", "digest", digest, "size_mib", size/mib)
 	return m, nil
 }

@@ -72,7 +72,7 @@ func TestBuildBase(t *testing.T) {
 	if m.Name != BaseName || !regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(m.Digest) {
 		t.Fatalf("metadata = %+v", m)
 	}
-	if m.Image != filepath.Join(templates, "base", "rootfs.ext4") {
+	if m.Image != filepath.Join(templates, "base", strings.TrimPrefix(m.Digest, "sha256:"), "rootfs.ext4") {
 		t.Errorf("image = %s", m.Image)
 	}
 	fi, err := os.Stat(m.Image)
@@ -143,8 +143,12 @@ func TestBuildBase(t *testing.T) {
 	if got := debugfs(t, changed.Image, "cat "+AgentPath); !strings.Contains(got, "v2") {
 		t.Errorf("rebuilt image has the old agent")
 	}
-	if left, _ := filepath.Glob(filepath.Join(templates, "base", ".*")); len(left) != 0 {
-		t.Errorf("build left temporary files: %v", left)
+	assertNoScratch(t, templates)
+	if cur, err := Load(templates, BaseName); err != nil || cur.Digest != changed.Digest {
+		t.Errorf("Load(base) = %s, %v; want the newest build %s", cur.Digest, err, changed.Digest)
+	}
+	if old, err := Load(templates, m.Ref()); err != nil || old.Image != m.Image {
+		t.Errorf("Load(%s) = %+v, %v; the older build should stay addressable", m.Ref(), old, err)
 	}
 }
 
@@ -181,5 +185,18 @@ func TestUUIDFrom(t *testing.T) {
 	}
 	if uuidFrom("x") != u || uuidFrom("y") == u {
 		t.Error("uuidFrom is not a function of its seed")
+	}
+}
+
+// assertNoScratch fails when a build left scratch files in the templates dir.
+func assertNoScratch(t *testing.T, templates string) {
+	t.Helper()
+	var left []string
+	for _, pat := range []string{".build-*", ".deleting-*", "*/.*.tmp"} {
+		m, _ := filepath.Glob(filepath.Join(templates, pat))
+		left = append(left, m...)
+	}
+	if len(left) != 0 {
+		t.Errorf("build left scratch files: %v", left)
 	}
 }

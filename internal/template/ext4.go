@@ -22,6 +22,12 @@ const mib = 1 << 20
 // system UUID and directory hash seed follow the inputs. Ownership and modes
 // are taken from staging as they are.
 func MakeExt4(ctx context.Context, staging, out string, sizeBytes int64, seed string) error {
+	return makeExt4(ctx, staging, out, sizeBytes, seed, 0)
+}
+
+// makeExt4 is MakeExt4 with an inode count (0: mkfs.ext4's default ratio,
+// which a tree of many small files can exhaust).
+func makeExt4(ctx context.Context, staging, out string, sizeBytes int64, seed string, inodes int64) error {
 	mkfs, err := exec.LookPath("mkfs.ext4")
 	if err != nil {
 		return fmt.Errorf("template: mkfs.ext4 not found (package e2fsprogs; run `make setup`): %w", errdefs.ErrFailedPrecondition)
@@ -38,10 +44,13 @@ func MakeExt4(ctx context.Context, staging, out string, sizeBytes int64, seed st
 		return fmt.Errorf("template: size image: %v: %w", err, errdefs.ErrInternal)
 	}
 	uuid := uuidFrom(seed)
-	cmd := exec.CommandContext(ctx, mkfs, "-q", "-F", "-b", "4096", "-m", "0",
+	args := []string{"-q", "-F", "-b", "4096", "-m", "0",
 		"-L", "space-root", "-U", uuid,
-		"-E", "hash_seed="+uuid+",root_owner=0:0",
-		"-d", staging, out)
+		"-E", "hash_seed=" + uuid + ",root_owner=0:0"}
+	if inodes > 0 {
+		args = append(args, "-N", fmt.Sprint(inodes))
+	}
+	cmd := exec.CommandContext(ctx, mkfs, append(args, "-d", staging, out)...)
 	cmd.Env = append(os.Environ(), "E2FSPROGS_FAKE_TIME=1", "SOURCE_DATE_EPOCH=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		if ctx.Err() != nil {
@@ -64,11 +73,17 @@ func uuidFrom(seed string) string {
 // treeSize is the bytes the files under dir need, rounded up to 4 KiB blocks,
 // plus one block per entry for inodes and directories.
 func treeSize(dir string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	total, _, err := treeUsage(dir)
+	return total, err
+}
+
+// treeUsage is treeSize and the number of entries.
+func treeUsage(dir string) (total, entries int64, err error) {
+	err = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		entries++
 		total += 4096
 		if d.Type().IsRegular() {
 			fi, err := d.Info()
@@ -79,7 +94,7 @@ func treeSize(dir string) (int64, error) {
 		}
 		return nil
 	})
-	return total, err
+	return total, entries, err
 }
 
 // imageSize picks the image size: want, grown to fit content with headroom
