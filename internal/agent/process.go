@@ -204,6 +204,8 @@ func (t *processTable) launch(p *process, spec *agentproto.ProcessSpec, path str
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
 	}
 
+	// Counted before the start: finish may wait for the pumps at once.
+	p.outputs.Add(len(p.readers))
 	pid, err := t.reaper.start(func() (int, error) {
 		if err := cmd.Start(); err != nil {
 			return 0, err
@@ -214,6 +216,7 @@ func (t *processTable) launch(p *process, spec *agentproto.ProcessSpec, path str
 	}, func(ws unix.WaitStatus, _ *unix.Rusage) { go p.finish(t.log, ws) })
 	closeAll(childEnds)
 	if err != nil {
+		p.outputs.Add(-len(p.readers))
 		closeAll(p.readers)
 		closeAll([]*os.File{p.stdin})
 		cg.remove()
@@ -223,7 +226,6 @@ func (t *processTable) launch(p *process, spec *agentproto.ProcessSpec, path str
 
 	kinds := []string{agentproto.EventStdout, agentproto.EventStderr}
 	for i, r := range p.readers {
-		p.outputs.Add(1)
 		go p.pump(r, kinds[i])
 	}
 	if spec.TimeoutSeconds > 0 {

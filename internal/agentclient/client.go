@@ -195,14 +195,28 @@ func (cl *call) Close() {
 	})
 }
 
+// idempotent operations are retried once when the link dies under them
+// (the request may or may not have reached the agent).
+var idempotent = map[agentproto.Op]bool{
+	agentproto.OpPing: true, agentproto.OpConfigure: true, agentproto.OpGet: true, agentproto.OpList: true,
+	agentproto.OpResize: true, agentproto.OpStat: true, agentproto.OpListDir: true,
+	agentproto.OpFreeze: true, agentproto.OpThaw: true,
+}
+
 // do runs a simple request/response call.
 func (c *Client) do(ctx context.Context, op agentproto.Op, args, out any) error {
-	cl, err := c.open(ctx, op, args)
-	if err != nil {
+	for attempt := 0; ; attempt++ {
+		cl, err := c.open(ctx, op, args)
+		if err != nil {
+			return err
+		}
+		err = cl.response(op, out)
+		cl.Close()
+		if err != nil && attempt == 0 && idempotent[op] && cl.sess.IsClosed() && ctx.Err() == nil {
+			continue
+		}
 		return err
 	}
-	defer cl.Close()
-	return cl.response(op, out)
 }
 
 // rawReader is the raw byte phase of a stream, for ReadFile and TarOut.

@@ -43,6 +43,9 @@ func TestLinkDropMidStreamResumes(t *testing.T) {
 			r.add(ev)
 		}
 		e.drop() // the link dies; the next call and the stream redial
+		if _, err := e.c.Ping(ctx); err != nil { // idempotent: retried on the new link
+			t.Fatal(err)
+		}
 	}
 	// Output produced while nobody is connected is kept for the reader.
 	if err := e.c.Stdin(ctx, "cat", []byte("tail\n"), true); err != nil {
@@ -50,6 +53,9 @@ func TestLinkDropMidStreamResumes(t *testing.T) {
 	}
 	want.WriteString("tail\n")
 	e.drop()
+	if _, err := e.c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
 	rest := drain(t, s)
 	r.events = append(r.events, rest.events...)
 	r.stdout.Write(rest.stdout.Bytes())
