@@ -3,6 +3,8 @@ package agent
 import (
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/space-sandbox/space/internal/agentproto"
 )
 
@@ -53,7 +55,7 @@ func TestEventLogEvictionAndGap(t *testing.T) {
 func TestParseSignal(t *testing.T) {
 	for in, want := range map[string]string{"SIGTERM": "SIGTERM", "term": "SIGTERM", "KILL": "SIGKILL", "9": "SIGKILL", "2": "SIGINT"} {
 		sig, err := ParseSignal(in)
-		if err != nil || sigName(sig) != want {
+		if err != nil || unix.SignalName(sig) != want {
 			t.Errorf("%s: %v %v", in, sig, err)
 		}
 	}

@@ -287,5 +287,3 @@ func ParseSignal(s string) (unix.Signal, error) {
 	}
 	return sig, nil
 }
-
-func sigName(s unix.Signal) string { return unix.SignalName(s) }
