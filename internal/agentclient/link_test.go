@@ -42,7 +42,7 @@ func TestLinkDropMidStreamResumes(t *testing.T) {
 			}
 			r.add(ev)
 		}
-		e.drop() // the link dies; the next call and the stream redial
+		e.drop()                                 // the link dies; the next call and the stream redial
 		if _, err := e.c.Ping(ctx); err != nil { // idempotent: retried on the new link
 			t.Fatal(err)
 		}
