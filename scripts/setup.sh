@@ -24,6 +24,7 @@ PACKAGES=(
   nftables iproute2
   ca-certificates
   python3
+  mmdebstrap
   util-linux procps
 )
 
