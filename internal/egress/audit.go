@@ -31,30 +31,44 @@ type Record struct {
 // ring keeps the last n records of one sandbox.
 type ring struct {
 	mu   sync.Mutex
-	buf  []Record
+	buf  []*Record
 	next int
 	full bool
 }
 
-func newRing(n int) *ring { return &ring{buf: make([]Record, n)} }
+func newRing(n int) *ring { return &ring{buf: make([]*Record, n)} }
 
-func (r *ring) add(rec Record) {
+// add stores rec and returns it for update (bytes of an open connection).
+func (r *ring) add(rec Record) *Record {
+	p := &rec
 	r.mu.Lock()
-	r.buf[r.next] = rec
+	r.buf[r.next] = p
 	r.next = (r.next + 1) % len(r.buf)
 	if r.next == 0 {
 		r.full = true
 	}
+	r.mu.Unlock()
+	return p
+}
+
+// update sets the byte counts of a stored record.
+func (r *ring) update(p *Record, out, in int64) {
+	r.mu.Lock()
+	p.BytesOut, p.BytesIn = out, in
 	r.mu.Unlock()
 }
 
 func (r *ring) snapshot() []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.full {
-		return append([]Record(nil), r.buf[:r.next]...)
-	}
 	out := make([]Record, 0, len(r.buf))
-	out = append(out, r.buf[r.next:]...)
-	return append(out, r.buf[:r.next]...)
+	if r.full {
+		for _, p := range r.buf[r.next:] {
+			out = append(out, *p)
+		}
+	}
+	for _, p := range r.buf[:r.next] {
+		out = append(out, *p)
+	}
+	return out
 }

@@ -90,9 +90,9 @@ func (c *proxyConn) serveHTTP(br *bufio.Reader) {
 		}
 		rec.Allowed = true
 		out0, in0 := c.out.Load(), c.in.Load()
+		p := sb.record(rec)
 		keep := c.roundTrip(req, br, up, upBR, secrets)
-		rec.BytesOut, rec.BytesIn = c.out.Load()-out0, c.in.Load()-in0
-		sb.record(rec)
+		sb.audit.update(p, c.out.Load()-out0, c.in.Load()-in0)
 		if !keep {
 			return
 		}

@@ -190,9 +190,9 @@ func (c *proxyConn) forwardRawBuffered(dst netip.AddrPort, rule string, from io.
 		return
 	}
 	rec.Allowed, rec.Upstream = true, dst.String()
+	p := c.sb.record(rec)
 	c.splice(from, up, up)
-	rec.BytesOut, rec.BytesIn = c.out.Load(), c.in.Load()
-	c.sb.record(rec)
+	c.sb.audit.update(p, c.out.Load(), c.in.Load())
 }
 
 // forwardNamed connects a TLS connection to the address the platform
@@ -216,9 +216,9 @@ func (c *proxyConn) forwardNamed(kind, name string, port uint16, br *bufio.Reade
 		return
 	}
 	rec.Allowed, rec.Upstream = true, addr
+	p := c.sb.record(rec)
 	c.splice(br, up, up)
-	rec.BytesOut, rec.BytesIn = c.out.Load(), c.in.Load()
-	c.sb.record(rec)
+	c.sb.audit.update(p, c.out.Load(), c.in.Load())
 }
 
 // resolve returns the addresses the platform would connect to for name:

@@ -241,8 +241,8 @@ func (s *Service) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (sb *sandbox) record(r Record) {
+func (sb *sandbox) record(r Record) *Record {
 	r.Time, r.Sandbox = time.Now().UTC(), sb.id
-	sb.audit.add(r)
 	sb.log.Debug("egress", "kind", r.Kind, "dest", r.Destination, "allowed", r.Allowed, "rule", r.Rule)
+	return sb.audit.add(r)
 }
