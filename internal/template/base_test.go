@@ -16,7 +16,7 @@ import (
 
 // needBuildHost skips unless the host can build images: root, e2fsprogs and
 // Debian's busybox-static.
-func needBuildHost(t *testing.T) {
+func needBuildHost(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (image files get their owners)")
