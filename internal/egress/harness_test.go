@@ -92,7 +92,7 @@ func (r *mapResolver) set(name string, addrs ...netip.Addr) {
 // the host at hostAddr with servers on addrA and addrB, and the egress
 // service attached to the sandbox.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	n        int
 	svc      *Service
 	net      *network.Manager
@@ -109,7 +109,7 @@ type env struct {
 	seen     chan http.Header // headers upstream A received
 }
 
-func newEnv(t *testing.T, p Policy) *env {
+func newEnv(t testing.TB, p Policy) *env {
 	t.Helper()
 	requireNetAdmin(t)
 	n := int(envSeq.Add(1)) + os.Getpid()%50*4
@@ -161,7 +161,7 @@ func newEnv(t *testing.T, p Policy) *env {
 
 const testSecret = "s3cr3t-T0KEN-value-0123456789"
 
-func newNamedNS(t *testing.T, name string) string {
+func newNamedNS(t testing.TB, name string) string {
 	t.Helper()
 	runtime.LockOSThread()
 	orig, err := netns.Get()
@@ -184,7 +184,7 @@ func newNamedNS(t *testing.T, name string) string {
 	return network.NamespacePath(name)
 }
 
-func nlAt(t *testing.T, path string) *netlink.Handle {
+func nlAt(t testing.TB, path string) *netlink.Handle {
 	h, err := netns.GetFromPath(path)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func nlAt(t *testing.T, path string) *netlink.Handle {
 	return nl
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +319,7 @@ func prefixNet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}
 }
 
-func selfSigned(t *testing.T) tls.Certificate {
+func selfSigned(t testing.TB) tls.Certificate {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	must(t, err)
 	tmpl := &x509.Certificate{
