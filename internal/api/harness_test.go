@@ -57,6 +57,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	})
 	au := auth.New(st, log)
 	fw := apitest.NewWorker(t)
+	apitest.RegisterBaseTemplate(t, st)
 	srv, err := New(cfg, Deps{Store: st, Ops: eng, Auth: au, Worker: fw, Logger: log, Metrics: m})
 	if err != nil {
 		t.Fatal(err)

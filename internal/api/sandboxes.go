@@ -91,9 +91,8 @@ func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
 	return nil
 }
 
-// resolveTemplate returns the template's name and digest. A template the
-// store does not know by name is passed to the worker as is (the worker's
-// built-in images predate the template store); a digest must be known.
+// resolveTemplate returns the ready template's name and digest: `name` is
+// the newest ready build, `name@sha256:…` exactly that build.
 func (s *Server) resolveTemplate(ctx context.Context, ref string) (name, digest string, err error) {
 	name, digest, _ = strings.Cut(ref, "@")
 	t, err := s.store.GetTemplateByName(ctx, name, digest)
@@ -104,8 +103,6 @@ func (s *Server) resolveTemplate(ctx context.Context, ref string) (name, digest 
 				WithDetails(map[string]any{"template": ref, "state": string(t.State)})
 		}
 		return t.Name, t.Digest, nil
-	case errdefs.ClassOf(err) == errdefs.ErrNotFound && digest == "":
-		return name, "", nil
 	case errdefs.ClassOf(err) == errdefs.ErrNotFound:
 		return "", "", errdefs.New(errdefs.ErrNotFound, "template %q not found", ref).WithCause(err)
 	}

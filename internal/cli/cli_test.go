@@ -37,6 +37,7 @@ func server(t *testing.T) (string, string) {
 		eng.Close(ctx)
 	})
 	au := auth.New(st, nil)
+	apitest.RegisterBaseTemplate(t, st)
 	srv, err := api.New(api.Config{}, api.Deps{Store: st, Ops: eng, Auth: au, Worker: apitest.NewWorker(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -146,4 +148,17 @@ func (w *Worker) VM(id string) *VM {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.vms[id]
+}
+
+// RegisterBaseTemplate records a ready "base" template in st, as spaced does
+// at start-up, so sandboxes can name it.
+func RegisterBaseTemplate(t testing.TB, st store.Store) {
+	t.Helper()
+	err := st.UpsertTemplate(context.Background(), &store.Template{
+		ID: store.NewID("tpl"), Name: "base", Digest: "sha256:" + strings.Repeat("0", 64),
+		State: store.TemplateReady, Defaults: []byte(`{"vcpus":1,"memory_mib":256}`), CreatedAt: time.Now().UTC(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

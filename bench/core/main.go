@@ -1,0 +1,156 @@
+// Command core benchmarks the core of a sandbox on this host, without the
+// HTTP API: cold boot to agent ready (clone + VM start + agent configured),
+// the round trip of running `true`, and guest→host stdout throughput. It
+// prints medians over -runs runs.
+//
+//	go run ./bench/core -runs 5
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/space-sandbox/space/bench/internal/stats"
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/guest"
+	"github.com/space-sandbox/space/internal/storage"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/vmm"
+	_ "github.com/space-sandbox/space/internal/vmm/qemu"
+	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local"
+)
+
+func main() {
+	runs := flag.Int("runs", 5, "runs of each measure (medians need at least 5)")
+	agent := flag.String("agent", "bin/space-agent", "static space-agent binary")
+	dataDir := flag.String("data-dir", "", "data dir (default: a temporary one, removed after)")
+	accel := flag.String("accel", "auto", "auto, kvm or tcg")
+	mib := flag.Int("stdout-mib", 64, "MiB streamed for the throughput measure")
+	flag.Parse()
+	if err := run(*runs, *agent, *dataDir, *accel, *mib); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/core:", err)
+		os.Exit(1)
+	}
+}
+
+func run(runs int, agent, dataDir, accel string, mib int) error {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if dataDir == "" {
+		tmp, err := os.MkdirTemp("", "space-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dataDir = tmp
+	}
+	st, err := storage.Open(ctx, storage.Config{DataDir: dataDir, ImageSizeGiB: 16}, log)
+	if err != nil {
+		return err
+	}
+	defer st.Unmount(context.Background())
+	k, err := guest.Locate(guest.KernelDirFromEnv())
+	if err != nil {
+		return err
+	}
+	ir, err := guest.BuildInitramfs(ctx, k, guest.InitramfsOptions{AgentBinary: agent, CacheDir: filepath.Join(dataDir, "boot")})
+	if err != nil {
+		return err
+	}
+	templates := filepath.Join(st.Root(), "templates")
+	if _, err := template.BuildBase(ctx, template.BaseOptions{TemplatesDir: templates, AgentBinary: agent}); err != nil {
+		return err
+	}
+	driver, err := vmm.Open("qemu", vmm.Options{Accel: accel, CacheDir: filepath.Join(dataDir, "cache")})
+	if err != nil {
+		return err
+	}
+	w, err := local.New(ctx, local.Config{Storage: st, Driver: driver, Kernel: k.Vmlinuz, Initrd: ir.Path,
+		TemplatesDir: templates, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	boot := stats.Series{Name: "cold boot to agent ready", Unit: "ms"}
+	rtt := stats.Series{Name: "command round trip (true)", Unit: "ms"}
+	tput := stats.Series{Name: fmt.Sprintf("stdout guest->host (%d MiB)", mib), Unit: "MB/s"}
+	for i := 0; i < runs; i++ {
+		id := fmt.Sprintf("sbx_bench%d", i)
+		t0 := time.Now()
+		if _, err := w.CreateSandbox(ctx, worker.SandboxSpec{ID: id, Template: template.BaseName, VCPUs: 1, MemoryMiB: 256}); err != nil {
+			return err
+		}
+		boot.AddDuration(time.Since(t0))
+		c, err := w.Agent(ctx, id)
+		if err != nil {
+			return err
+		}
+		for j := 0; j < 5; j++ {
+			t1 := time.Now()
+			if _, err := runToExit(ctx, c, fmt.Sprintf("true%d", j), agentproto.ProcessSpec{Argv: []string{"true"}}); err != nil {
+				return err
+			}
+			rtt.AddDuration(time.Since(t1))
+		}
+		t2 := time.Now()
+		n, err := runToExit(ctx, c, "tput", agentproto.ProcessSpec{
+			Shell: fmt.Sprintf("dd if=/dev/zero bs=1048576 count=%d 2>/dev/null", mib), BufferBytes: 64 << 20})
+		if err != nil {
+			return err
+		}
+		if n != int64(mib)<<20 {
+			return fmt.Errorf("throughput run delivered %d bytes, want %d", n, int64(mib)<<20)
+		}
+		tput.Samples = append(tput.Samples, float64(n)/1e6/time.Since(t2).Seconds())
+		if err := w.DeleteSandbox(ctx, id); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("bench/core: %d runs, accel=%s, kernel %s\n", runs, accel, k.Version)
+	stats.Print(os.Stdout, boot, rtt, tput)
+	return nil
+}
+
+// runToExit starts spec and reads its events to the exit; it returns the
+// stdout bytes seen and fails on a non-zero exit or a gap.
+func runToExit(ctx context.Context, c *agentclient.Client, id string, spec agentproto.ProcessSpec) (int64, error) {
+	spec.ID = id
+	if _, err := c.Start(ctx, spec); err != nil {
+		return 0, err
+	}
+	s, err := c.Events(ctx, id, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	var n int64
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		switch ev.Type {
+		case agentproto.EventStdout:
+			n += int64(len(ev.Data))
+		case agentproto.EventGap:
+			return n, fmt.Errorf("%s: output gap of %d bytes", id, ev.LostBytes)
+		case agentproto.EventExit:
+			if ev.Exit.ExitCode == nil || *ev.Exit.ExitCode != 0 {
+				return n, fmt.Errorf("%s exited %+v", id, ev.Exit)
+			}
+		}
+	}
+}

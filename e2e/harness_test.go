@@ -1,0 +1,381 @@
+// Package e2e drives a real spaced process over HTTP only: it builds the
+// binaries, starts spaced on a fresh data dir, boots real sandboxes, and
+// checks the public contract of API.md end to end, including crash recovery.
+// It also runs the Python walkthrough and the CLI against the server.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/testenv"
+)
+
+var binDir string // spaced, space-agent and space, built once in TestMain
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		dir, err := os.MkdirTemp("", "space-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binDir = dir
+		root, err := filepath.Abs("..")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for _, b := range []struct{ out, pkg, cgo string }{
+			{"spaced", "./cmd/spaced", "1"}, {"space", "./cmd/space", "1"}, {"space-agent", "./cmd/space-agent", "0"},
+		} {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, b.out), b.pkg)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// server is one spaced process on its own data dir.
+type server struct {
+	t        *testing.T
+	dataDir  string
+	args     []string
+	cmd      *exec.Cmd
+	log      *os.File
+	URL      string
+	AdminKey string
+}
+
+var listenRE = regexp.MustCompile(`msg="spaced serving" listen=(\S+)`)
+
+// startServer starts spaced on a fresh data dir; cleanup stops it, deletes
+// what is left, unmounts the data volume and checks that nothing leaked.
+func startServer(t *testing.T, extraArgs ...string) *server {
+	t.Helper()
+	testenv.RequireVM(t)
+	s := &server{t: t, dataDir: filepath.Join(t.TempDir(), "data"), args: extraArgs}
+	t.Cleanup(func() { testenv.CheckNoLeaks(t, s.dataDir) })
+	t.Cleanup(s.teardown)
+	s.start()
+	return s
+}
+
+func (s *server) start() {
+	t := s.t
+	t.Helper()
+	logPath := filepath.Join(filepath.Dir(s.dataDir), fmt.Sprintf("spaced-%d.log", time.Now().UnixNano()))
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.log = f
+	args := append([]string{"--listen", "127.0.0.1:0", "--data-dir", s.dataDir, "--accel", "auto"}, s.args...)
+	s.cmd = exec.Command(filepath.Join(binDir, "spaced"), args...)
+	s.cmd.Stdout, s.cmd.Stderr = f, f
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { s.cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		b, _ := os.ReadFile(logPath)
+		if m := listenRE.FindSubmatch(b); m != nil {
+			s.URL = "http://" + string(m[1])
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("spaced exited at start-up:\n%s", b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spaced did not start:\n%s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	key, err := os.ReadFile(filepath.Join(s.dataDir, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AdminKey = strings.TrimSpace(string(key))
+}
+
+// kill SIGKILLs spaced (its VMs keep running, as after a crash).
+func (s *server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGKILL)
+		waitExit(s.cmd.Process.Pid)
+	}
+	s.cmd = nil
+}
+
+// stop ends spaced with SIGTERM.
+func (s *server) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		waitExit(s.cmd.Process.Pid)
+	}
+	s.cmd = nil
+}
+
+func waitExit(pid int) {
+	for i := 0; i < 300; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// teardown deletes every sandbox still live, stops spaced, stops any VMM
+// left (a failure: deleting must have stopped it) and unmounts the volume.
+func (s *server) teardown() {
+	t := s.t
+	if s.cmd != nil {
+		c := s.client(s.AdminKey)
+		var list apiv1.SandboxList
+		if c.do("GET", "/v1/sandboxes?page_size=1000", nil, &list) == 200 {
+			for _, sb := range list.Sandboxes {
+				if sb.State != "deleted" && sb.State != "failed" && sb.State != "deleting" {
+					c.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+				}
+			}
+		}
+		s.stop()
+	}
+	for _, pid := range vmmPIDs(s.dataDir) {
+		t.Errorf("VMM %d still running after its server stopped; killing it", pid)
+		syscall.Kill(-pid, syscall.SIGKILL)
+		waitExit(pid)
+	}
+	vol := filepath.Join(s.dataDir, "vol")
+	if err := exec.Command("umount", vol).Run(); err != nil {
+		t.Logf("umount %s: %v", vol, err)
+	}
+	if t.Failed() && s.log != nil {
+		b, _ := os.ReadFile(s.log.Name())
+		if len(b) > 20000 {
+			b = b[len(b)-20000:]
+		}
+		t.Logf("spaced log (tail):\n%s", b)
+	}
+}
+
+// vmmPIDs lists QEMU processes whose command line names dir.
+func vmmPIDs(dir string) []int {
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(dir)) || !bytes.Contains(b, []byte("qemu-system")) {
+			continue
+		}
+		var pid int
+		fmt.Sscanf(strings.TrimPrefix(p, "/proc/"), "%d", &pid)
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// client speaks HTTP to the server with one API key.
+type client struct {
+	t   *testing.T
+	url string
+	key string
+}
+
+func (s *server) client(key string) *client { return &client{t: s.t, url: s.URL, key: key} }
+
+// request sends a request and returns the response (caller closes the body).
+func (c *client) request(method, path string, body io.Reader, hdr map[string]string) *http.Response {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.url+path, body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// do sends JSON in (nil for none), decodes JSON out (nil to discard) and
+// returns the status.
+func (c *client) do(method, path string, in, out any) int {
+	c.t.Helper()
+	status, _ := c.doHeaders(method, path, in, out, nil)
+	return status
+}
+
+func (c *client) doHeaders(method, path string, in, out any, hdr map[string]string) (int, http.Header) {
+	c.t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		body = bytes.NewReader(b)
+	}
+	resp := c.request(method, path, body, hdr)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			c.t.Fatalf("%s %s: status %d, decode %q: %v", method, path, resp.StatusCode, b, err)
+		}
+	}
+	return resp.StatusCode, resp.Header
+}
+
+// mustDo is do that fails the test unless the status is want.
+func (c *client) mustDo(method, path string, in, out any, want int) {
+	c.t.Helper()
+	var raw json.RawMessage
+	status := c.do(method, path, in, &raw)
+	if status != want {
+		c.t.Fatalf("%s %s = %d %s, want %d", method, path, status, raw, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+// waitOp long-polls an operation until it is done.
+func (c *client) waitOp(id string) apiv1.Operation {
+	c.t.Helper()
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		var op apiv1.Operation
+		c.mustDo("GET", "/v1/operations/"+id+"?wait=30s", nil, &op, 200)
+		switch op.State {
+		case "succeeded", "failed", "cancelled":
+			return op
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("operation %s still %s", id, op.State)
+		}
+	}
+}
+
+// createSandbox creates a sandbox and waits until it runs.
+func (c *client) createSandbox(req map[string]any) apiv1.Sandbox {
+	c.t.Helper()
+	if req == nil {
+		req = map[string]any{}
+	}
+	if _, ok := req["template"]; !ok {
+		req["template"] = "base"
+	}
+	var created apiv1.SandboxAndOperation
+	c.mustDo("POST", "/v1/sandboxes", req, &created, 202)
+	if op := c.waitOp(created.Operation.ID); op.State != "succeeded" {
+		c.t.Fatalf("create operation ended %s: %+v", op.State, op.Error)
+	}
+	var sb apiv1.Sandbox
+	c.mustDo("GET", "/v1/sandboxes/"+created.Sandbox.ID, nil, &sb, 200)
+	if sb.State != "running" {
+		c.t.Fatalf("sandbox %s is %s after create", sb.ID, sb.State)
+	}
+	return sb
+}
+
+// deleteSandbox deletes a sandbox and waits for the operation.
+func (c *client) deleteSandbox(id string) {
+	c.t.Helper()
+	var resp apiv1.OperationResponse
+	c.mustDo("DELETE", "/v1/sandboxes/"+id, nil, &resp, 202)
+	if op := c.waitOp(resp.Operation.ID); op.State != "succeeded" {
+		c.t.Fatalf("delete operation ended %s: %+v", op.State, op.Error)
+	}
+}
+
+// events reads a command's NDJSON event stream to its end.
+func (c *client) events(sbx, cmd string, after uint64) []apiv1.Event {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/commands/%s/events?after=%d", c.url, sbx, cmd, after), nil)
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		c.t.Fatalf("events: %d %s", resp.StatusCode, b)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-ndjson") {
+		c.t.Errorf("events Content-Type = %q", ct)
+	}
+	var evs []apiv1.Event
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	for sc.Scan() {
+		var ev apiv1.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			c.t.Fatalf("event line %q: %v", sc.Text(), err)
+		}
+		if ev.Type == "heartbeat" {
+			continue
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// stdoutOf joins the stdout data of events.
+func stdoutOf(evs []apiv1.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		if ev.Type == "stdout" && ev.Data != nil {
+			b.WriteString(*ev.Data)
+		}
+	}
+	return b.String()
+}
+
+func lastEvent(t *testing.T, evs []apiv1.Event) apiv1.Event {
+	t.Helper()
+	if len(evs) == 0 {
+		t.Fatal("no events")
+	}
+	return evs[len(evs)-1]
+}
