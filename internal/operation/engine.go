@@ -44,6 +44,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// cancelGrace is how long Close waits for cancelled handlers to return.
+const cancelGrace = 5 * time.Second
+
 // Engine submits, runs, cancels and waits for operations.
 type Engine struct {
 	store   store.Store
@@ -328,7 +331,16 @@ func (e *Engine) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		e.stop()
-		<-done
+		// Handlers get a short grace to honour the cancel and record their
+		// end; one that ignores its context is abandoned, and its operation
+		// is ended by Recover at the next start.
+		t := time.NewTimer(cancelGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			e.log.Warn("operation handlers ignored cancellation at shutdown")
+		}
 		return fmt.Errorf("close operation engine: %w", errdefs.ErrDeadlineExceeded)
 	}
 }
