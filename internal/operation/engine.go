@@ -265,6 +265,9 @@ func (e *Engine) Wait(ctx context.Context, tenantID, id string, timeout time.Dur
 	for {
 		ch := e.changed(id) // before the read, so no change slips between
 		op, err := e.store.GetOperation(ctx, tenantID, id)
+		if err == nil && op.State.Terminal() {
+			e.notify(id) // drop the waiter entry; other waiters re-read and return too
+		}
 		if err != nil || op.State.Terminal() || timeout <= 0 {
 			return op, err
 		}

@@ -40,6 +40,7 @@ func normCmd(cmd *store.Command) {
 // CreateCommand inserts cmd, filling ID, State (created) and CreatedAt when
 // empty. The sandbox must exist (ErrNotFound).
 func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
+	c = c.bind(ctx)
 	if cmd.TenantID == "" || cmd.SandboxID == "" {
 		return errdefs.New(errdefs.ErrInvalidArgument, "a command needs a tenant and a sandbox")
 	}
@@ -69,6 +70,7 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 }
 
 func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (*store.Command, error) {
+	c = c.bind(ctx)
 	cmd, err := scanCmd(c.rd.QueryRowContext(ctx, `SELECT `+cmdCols+` FROM commands
 		WHERE id = ? AND (? = '' OR tenant_id = ?) AND (? = '' OR sandbox_id = ?)`, id, tenantID, tenantID, sandboxID, sandboxID))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -81,6 +83,7 @@ func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (
 }
 
 func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.Page[*store.Command], error) {
+	c = c.bind(ctx)
 	var page store.Page[*store.Command]
 	cur, err := decodeCursor(f.PageToken)
 	if err != nil {
@@ -119,6 +122,7 @@ func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.P
 }
 
 func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.CommandState, mutate func(*store.Command) error) (*store.Command, error) {
+	c = c.bind(ctx)
 	var out *store.Command
 	err := c.atomic(ctx, func(tc *conn) error {
 		cmd, err := tc.GetCommand(ctx, store.AnyTenant, "", id)

@@ -47,6 +47,7 @@ func normOp(op *store.Operation) {
 // CreateOperation inserts op, filling ID, State (pending), CreatedAt and
 // UpdatedAt when empty.
 func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
+	c = c.bind(ctx)
 	if op.TenantID == "" || op.Type == "" || op.Target == "" {
 		return errdefs.New(errdefs.ErrInvalidArgument, "an operation needs a tenant, a type and a target")
 	}
@@ -72,6 +73,7 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 }
 
 func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Operation, error) {
+	c = c.bind(ctx)
 	op, err := scanOp(c.rd.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE id = ? AND (? = '' OR tenant_id = ?)`,
 		id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -84,6 +86,7 @@ func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Op
 }
 
 func (c *conn) ListOperations(ctx context.Context, f store.OperationFilter) (store.Page[*store.Operation], error) {
+	c = c.bind(ctx)
 	var page store.Page[*store.Operation]
 	cur, err := decodeCursor(f.PageToken)
 	if err != nil {
@@ -133,6 +136,7 @@ func (c *conn) ListOperations(ctx context.Context, f store.OperationFilter) (sto
 
 func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.OperationState, to store.OperationState,
 	mutate func(*store.Operation) error) (*store.Operation, error) {
+	c = c.bind(ctx)
 	var out *store.Operation
 	err := c.atomic(ctx, func(tc *conn) error {
 		op, err := tc.GetOperation(ctx, store.AnyTenant, id)
@@ -172,6 +176,7 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 }
 
 func (c *conn) ListUnfinishedOperations(ctx context.Context) ([]*store.Operation, error) {
+	c = c.bind(ctx)
 	rows, err := c.rd.QueryContext(ctx, `SELECT `+opCols+` FROM operations WHERE state IN ('pending', 'running')
 		ORDER BY created_at, id`)
 	if err != nil {

@@ -23,6 +23,7 @@ func scanIdem(row interface{ Scan(...any) error }) (*store.IdempotencyRecord, er
 }
 
 func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyRecord) (*store.IdempotencyRecord, bool, error) {
+	c = c.bind(ctx)
 	if rec.Key == "" {
 		return nil, false, errdefs.New(errdefs.ErrInvalidArgument, "idempotency key is empty")
 	}
@@ -51,6 +52,7 @@ func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyR
 }
 
 func (c *conn) GetIdempotencyRecord(ctx context.Context, tenantID, key string) (*store.IdempotencyRecord, error) {
+	c = c.bind(ctx)
 	r, err := scanIdem(c.rd.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "idempotency key not found")
@@ -62,6 +64,7 @@ func (c *conn) GetIdempotencyRecord(ctx context.Context, tenantID, key string) (
 }
 
 func (c *conn) CompleteIdempotencyRecord(ctx context.Context, tenantID, key string, status int, body []byte) error {
+	c = c.bind(ctx)
 	res, err := c.wr.ExecContext(ctx, `UPDATE idempotency SET status = ?, body = ? WHERE tenant_id = ? AND key = ?`,
 		status, body, tenantID, key)
 	if err != nil {
@@ -74,6 +77,7 @@ func (c *conn) CompleteIdempotencyRecord(ctx context.Context, tenantID, key stri
 }
 
 func (c *conn) DeleteIdempotencyRecord(ctx context.Context, tenantID, key string) error {
+	c = c.bind(ctx)
 	if _, err := c.wr.ExecContext(ctx, `DELETE FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key); err != nil {
 		return dbErr("delete idempotency record", err)
 	}
@@ -81,6 +85,7 @@ func (c *conn) DeleteIdempotencyRecord(ctx context.Context, tenantID, key string
 }
 
 func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (int, error) {
+	c = c.bind(ctx)
 	res, err := c.wr.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at < ?`, nanos(before))
 	if err != nil {
 		return 0, dbErr("prune idempotency records", err)
@@ -105,6 +110,7 @@ func scanTpl(row interface{ Scan(...any) error }) (*store.Template, error) {
 
 // UpsertTemplate inserts or replaces t by ID, filling ID and CreatedAt when empty.
 func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
+	c = c.bind(ctx)
 	if t.Name == "" || t.State == "" {
 		return errdefs.New(errdefs.ErrInvalidArgument, "a template needs a name and a state")
 	}
@@ -129,6 +135,7 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 }
 
 func (c *conn) GetTemplate(ctx context.Context, id string) (*store.Template, error) {
+	c = c.bind(ctx)
 	t, err := scanTpl(c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("template", id)
@@ -140,6 +147,7 @@ func (c *conn) GetTemplate(ctx context.Context, id string) (*store.Template, err
 }
 
 func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*store.Template, error) {
+	c = c.bind(ctx)
 	var row *sql.Row
 	if digest != "" {
 		row = c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE name = ? AND digest = ?`, name, digest)
@@ -158,6 +166,7 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 }
 
 func (c *conn) ListTemplates(ctx context.Context) ([]*store.Template, error) {
+	c = c.bind(ctx)
 	rows, err := c.rd.QueryContext(ctx, `SELECT `+tplCols+` FROM templates ORDER BY name, created_at, id`)
 	if err != nil {
 		return nil, dbErr("list templates", err)
@@ -178,6 +187,7 @@ func (c *conn) ListTemplates(ctx context.Context) ([]*store.Template, error) {
 }
 
 func (c *conn) DeleteTemplate(ctx context.Context, id string) error {
+	c = c.bind(ctx)
 	res, err := c.wr.ExecContext(ctx, `DELETE FROM templates WHERE id = ?`, id)
 	if err != nil {
 		return dbErr("delete template", err)

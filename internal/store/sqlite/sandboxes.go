@@ -63,6 +63,7 @@ func normSandbox(sb *store.Sandbox) {
 // CreateSandbox inserts sb after checking the tenant's quota, in one
 // transaction. It fills ID, CreatedAt, UpdatedAt and LastActivityAt when empty.
 func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	c = c.bind(ctx)
 	if sb.TenantID == "" || sb.State == "" {
 		return errdefs.New(errdefs.ErrInvalidArgument, "a sandbox needs a tenant and a state")
 	}
@@ -128,6 +129,7 @@ func (c *conn) checkQuota(ctx context.Context, sb *store.Sandbox) error {
 
 // SandboxUsage sums the tenant's live sandboxes.
 func (c *conn) SandboxUsage(ctx context.Context, tenantID string) (store.Usage, error) {
+	c = c.bind(ctx)
 	var u store.Usage
 	err := c.rd.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(vcpus), 0), COALESCE(SUM(memory_mib), 0)
 		FROM sandboxes WHERE tenant_id = ? AND state NOT IN (?, ?)`,
@@ -139,6 +141,7 @@ func (c *conn) SandboxUsage(ctx context.Context, tenantID string) (store.Usage, 
 }
 
 func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sandbox, error) {
+	c = c.bind(ctx)
 	sb, err := scanSandbox(c.rd.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
 		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -151,6 +154,7 @@ func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sand
 }
 
 func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error) {
+	c = c.bind(ctx)
 	var page store.Page[*store.Sandbox]
 	cur, err := decodeCursor(f.PageToken)
 	if err != nil {
@@ -223,6 +227,7 @@ func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.
 // transaction.
 func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from []store.SandboxState, to store.SandboxState,
 	mutate func(*store.Sandbox) error) (*store.Sandbox, error) {
+	c = c.bind(ctx)
 	var out *store.Sandbox
 	err := c.atomic(ctx, func(tc *conn) error {
 		sb, err := tc.GetSandbox(ctx, tenantID, id)

@@ -4,6 +4,10 @@
 // process instead of failing with SQLITE_BUSY; reads use a small pool of
 // read-only connections that WAL lets run beside the writer. The schema is
 // versioned by embedded migrations recorded in schema_migrations.
+//
+// Inside Atomic, the context handed to fn carries the transaction: a call on
+// the outer Store with that context joins it rather than deadlocking on the
+// one writer connection.
 package sqlite
 
 import (
@@ -52,6 +56,7 @@ type conn struct {
 	rd, wr dbtx
 	writer *sql.DB // nil inside a transaction
 	tx     *sql.Tx // set inside a transaction
+	owner  *sql.DB // inside a transaction: the writer it runs on
 }
 
 func dsn(path string, readOnly bool) string {
@@ -152,14 +157,33 @@ func migrate(ctx context.Context, db *sql.DB) error {
 
 // Atomic runs fn in one transaction (joining the current one when nested).
 func (c *conn) Atomic(ctx context.Context, fn func(ctx context.Context, tx store.Store) error) error {
-	return c.atomic(ctx, func(tc *conn) error { return fn(ctx, tc) })
+	c = c.bind(ctx)
+	return c.atomic(ctx, func(tc *conn) error { return fn(context.WithValue(ctx, txKey{}, tc), tc) })
 }
 
 // Close inside a transaction is a no-op; the outer Store owns the database.
 func (c *conn) Close() error { return nil }
 
+// txKey carries the transaction's conn in the context Atomic hands to fn.
+type txKey struct{}
+
+// bind returns the conn of the transaction ctx carries, if it belongs to
+// this store. A call on the outer Store with a context from inside Atomic
+// thus joins the transaction instead of waiting for the one writer
+// connection that transaction holds (a deadlock otherwise).
+func (c *conn) bind(ctx context.Context) *conn {
+	if c.tx != nil {
+		return c
+	}
+	if tc, ok := ctx.Value(txKey{}).(*conn); ok && tc.owner == c.writer {
+		return tc
+	}
+	return c
+}
+
 // atomic runs fn on a conn bound to a transaction.
 func (c *conn) atomic(ctx context.Context, fn func(tc *conn) error) (err error) {
+	c = c.bind(ctx)
 	if c.tx != nil {
 		return fn(c)
 	}
@@ -173,7 +197,7 @@ func (c *conn) atomic(ctx context.Context, fn func(tc *conn) error) (err error) 
 			panic(p)
 		}
 	}()
-	if err := fn(&conn{rd: tx, wr: tx, tx: tx}); err != nil {
+	if err := fn(&conn{rd: tx, wr: tx, tx: tx, owner: c.writer}); err != nil {
 		tx.Rollback()
 		return err
 	}

@@ -2,9 +2,12 @@ package sqlite_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/store/storetest"
@@ -46,5 +49,27 @@ func TestReopen(t *testing.T) {
 	got, err := s.GetTenantByName(ctx, "keep")
 	if err != nil || got.ID != tn.ID {
 		t.Fatalf("after reopen: %v, %v", got, err)
+	}
+}
+
+// TestOuterCallInsideAtomic checks that a call on the outer Store with the
+// context Atomic hands out joins the transaction instead of deadlocking on
+// the single writer connection.
+func TestOuterCallInsideAtomic(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := open(t)
+	boom := errors.New("boom")
+	err := s.Atomic(ctx, func(ctx context.Context, _ store.Store) error {
+		if err := s.CreateTenant(ctx, &store.Tenant{Name: "inner"}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Atomic = %v, want boom", err)
+	}
+	if _, err := s.GetTenantByName(ctx, "inner"); errdefs.ClassOf(err) != errdefs.ErrNotFound {
+		t.Fatalf("tenant made by the rolled-back transaction: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ func scanTenant(row interface{ Scan(...any) error }) (*store.Tenant, error) {
 
 // CreateTenant inserts t, filling ID and CreatedAt when empty.
 func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
+	c = c.bind(ctx)
 	if t.Name == "" {
 		return errdefs.New(errdefs.ErrInvalidArgument, "tenant name is required")
 	}
@@ -42,6 +43,7 @@ func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 }
 
 func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) {
+	c = c.bind(ctx)
 	t, err := scanTenant(c.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("tenant", id)
@@ -53,6 +55,7 @@ func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) 
 }
 
 func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant, error) {
+	c = c.bind(ctx)
 	t, err := scanTenant(c.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("tenant", name)
@@ -64,6 +67,7 @@ func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant,
 }
 
 func (c *conn) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
+	c = c.bind(ctx)
 	rows, err := c.rd.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, id`)
 	if err != nil {
 		return nil, dbErr("list tenants", err)
@@ -84,6 +88,7 @@ func (c *conn) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
 }
 
 func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) error {
+	c = c.bind(ctx)
 	res, err := c.wr.ExecContext(ctx, `UPDATE tenants SET max_sandboxes = ?, max_vcpus = ?, max_memory_mib = ? WHERE id = ?`,
 		q.MaxSandboxes, q.MaxVCPUs, q.MaxMemoryMiB, id)
 	if err != nil {
@@ -111,6 +116,7 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 
 // CreateAPIKey inserts k, filling ID and CreatedAt when empty.
 func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
+	c = c.bind(ctx)
 	if k.TenantID == "" || k.Hash == "" {
 		return errdefs.New(errdefs.ErrInvalidArgument, "an API key needs a tenant and a hash")
 	}
@@ -131,6 +137,7 @@ func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 }
 
 func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey, error) {
+	c = c.bind(ctx)
 	k, err := scanKey(c.rd.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "API key not found")
@@ -143,6 +150,7 @@ func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey,
 
 // RevokeAPIKey marks a key revoked; revoking twice keeps the first time.
 func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
+	c = c.bind(ctx)
 	res, err := c.wr.ExecContext(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, nanos(now()), id)
 	if err != nil {
 		return dbErr("revoke api key", err)
@@ -154,6 +162,7 @@ func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
 }
 
 func (c *conn) ListAPIKeys(ctx context.Context, tenantID string) ([]*store.APIKey, error) {
+	c = c.bind(ctx)
 	rows, err := c.rd.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR tenant_id = ?) ORDER BY created_at, id`, tenantID, tenantID)
 	if err != nil {
 		return nil, dbErr("list api keys", err)
