@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,15 +48,16 @@ func TestMain(m *testing.M) {
 	for _, n := range before {
 		seen[n] = true
 	}
+	mine := fmt.Sprintf("t%d-", os.Getpid())
 	for _, n := range after {
-		if !seen[n] {
+		if !seen[n] && strings.Contains(n, mine) {
 			fmt.Println("leaked netns:", n)
 			code = 1
 		}
 	}
 	links, _ := netlink.LinkList()
 	for _, l := range links {
-		if len(l.Attrs().Name) > 6 && l.Attrs().Name[:6] == "space-" {
+		if strings.HasPrefix(l.Attrs().Name, "space-u") {
 			fmt.Println("leaked link:", l.Attrs().Name)
 			code = 1
 		}

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -148,7 +149,7 @@ func (m *Manager) fill(ctx context.Context) {
 				return
 			}
 			m.seq++
-			name := fmt.Sprintf("%s%d-%d", poolPrefix, time.Now().UnixNano()%1e9, m.seq)
+			name := fmt.Sprintf("%s%d-%d-%d", poolPrefix, os.Getpid(), time.Now().UnixNano()%1e6, m.seq)
 			m.mu.Unlock()
 			if err := m.build(name); err != nil {
 				m.log.WarnContext(ctx, "network: pool namespace", "err", err)

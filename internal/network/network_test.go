@@ -2,9 +2,11 @@ package network
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -29,8 +31,9 @@ func TestMain(m *testing.M) {
 	for _, n := range before {
 		seen[n] = true
 	}
+	mine := fmt.Sprintf("%s%d-", poolPrefix, os.Getpid())
 	for _, n := range after {
-		if !seen[n] {
+		if !seen[n] && (strings.HasPrefix(n, NamePrefix+"tnet") || strings.HasPrefix(n, mine)) {
 			println("leaked netns:", n)
 			code = 1
 		}
@@ -43,7 +46,7 @@ func TestAcquireConfiguresNamespace(t *testing.T) {
 	ctx := context.Background()
 	m := New(ctx, Config{PoolSize: 1})
 	t.Cleanup(func() { m.Close(context.Background()) })
-	id := "t" + strings.ReplaceAll(t.Name(), "/", "-")
+	id := "tnet-" + strings.ReplaceAll(t.Name(), "/", "-")
 	sb, err := m.Acquire(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -120,12 +123,12 @@ func TestReapOrphans(t *testing.T) {
 	ctx := context.Background()
 	m := New(ctx, Config{PoolSize: -1})
 	t.Cleanup(func() { m.Close(context.Background()) })
-	live, err := m.Acquire(ctx, "treap-live")
+	live, err := m.Acquire(ctx, "tnet-reap-live")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Release(context.Background(), live) })
-	dead, err := m.Acquire(ctx, "treap-dead")
+	dead, err := m.Acquire(ctx, "tnet-reap-dead")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,4 +149,32 @@ func TestReapOrphans(t *testing.T) {
 	if !found {
 		t.Errorf("removed %v, want %s", removed, dead.Name)
 	}
+}
+
+func TestAcquireFromPool(t *testing.T) {
+	requireNetAdmin(t)
+	ctx := context.Background()
+	m := New(ctx, Config{PoolSize: 1})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	// Await the pool, then the acquisition must take the pooled namespace.
+	var pooled string
+	select {
+	case pooled = <-m.pool:
+		m.pool <- pooled
+	case <-time.After(30 * time.Second):
+		t.Fatal("pool never filled")
+	}
+	sb, err := m.Acquire(ctx, "tnet-pool-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), sb) })
+	if _, err := os.Stat(NamespacePath(pooled)); !os.IsNotExist(err) {
+		t.Fatalf("pooled name %s still present: %v", pooled, err)
+	}
+	f, err := sb.OpenTap(TapOptions{})
+	if err != nil {
+		t.Fatalf("renamed namespace lost its tap: %v", err)
+	}
+	f.Close()
 }
