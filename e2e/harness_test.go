@@ -361,13 +361,17 @@ func (c *client) events(sbx, cmd string, after uint64) []apiv1.Event {
 	return evs
 }
 
-// stdoutOf joins the stdout data of events.
+// stdoutOf joins the stdout bytes of events ("data" or "data_b64").
 func stdoutOf(evs []apiv1.Event) string {
 	var b strings.Builder
 	for _, ev := range evs {
-		if ev.Type == "stdout" && ev.Data != nil {
+		if ev.Type != "stdout" {
+			continue
+		}
+		if ev.Data != nil {
 			b.WriteString(*ev.Data)
 		}
+		b.Write(ev.DataB64)
 	}
 	return b.String()
 }

@@ -54,13 +54,13 @@ func TestEventLogEvictionAndGap(t *testing.T) {
 
 func TestParseSignal(t *testing.T) {
 	for in, want := range map[string]string{"SIGTERM": "SIGTERM", "term": "SIGTERM", "KILL": "SIGKILL", "9": "SIGKILL", "2": "SIGINT"} {
-		sig, err := ParseSignal(in)
+		sig, err := agentproto.ParseSignal(in)
 		if err != nil || unix.SignalName(sig) != want {
 			t.Errorf("%s: %v %v", in, sig, err)
 		}
 	}
 	for _, bad := range []string{"", "SIGNOPE", "0", "99"} {
-		if _, err := ParseSignal(bad); err == nil {
+		if _, err := agentproto.ParseSignal(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

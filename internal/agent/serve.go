@@ -6,11 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strconv"
-	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -201,7 +198,7 @@ func (a *Agent) dispatch(ctx context.Context, st net.Conn, req *agentproto.Reque
 		if err := decode(req, &r); err != nil {
 			return err
 		}
-		sig, err := ParseSignal(r.Signal)
+		sig, err := agentproto.ParseSignal(r.Signal)
 		if err != nil {
 			return err
 		}
@@ -269,21 +266,3 @@ func (a *Agent) streamEvents(ctx context.Context, st net.Conn, r agentproto.Even
 	return nil
 }
 
-// ParseSignal accepts "SIGTERM", "TERM", "term" or a number.
-func ParseSignal(s string) (unix.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, errdefs.New(errdefs.ErrInvalidArgument, "unknown signal %q", s)
-		}
-		return unix.Signal(n), nil
-	}
-	name := strings.ToUpper(s)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	sig := unix.SignalNum(name)
-	if sig == 0 {
-		return 0, errdefs.New(errdefs.ErrInvalidArgument, "unknown signal %q", s)
-	}
-	return sig, nil
-}

@@ -296,8 +296,8 @@ func (s *Server) commandSignal(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Signal == "" || len(req.Signal) > 16 {
-		s.writeError(w, r, invalid(map[string]string{"signal": `required, e.g. "SIGTERM"`}))
+	if _, err := agentproto.ParseSignal(req.Signal); err != nil || len(req.Signal) > 16 {
+		s.writeError(w, r, invalid(map[string]string{"signal": `must be a signal name or number, e.g. "SIGTERM"`}))
 		return
 	}
 	c, ag, err := s.runningCommand(r, false)
