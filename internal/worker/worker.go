@@ -26,6 +26,12 @@ type SandboxSpec struct {
 	DiskMiB   int               // root disk size; 0 keeps the template's size
 	Env       map[string]string // default environment of every command
 	Hostname  string
+	// FromCheckpoint, when set, makes the sandbox a branch of that checkpoint
+	// (an id given to Lifecycle.Checkpoint): its disk, memory and processes
+	// start as they were at the checkpoint. Template, VCPUs, MemoryMiB and
+	// DiskMiB are then taken from the checkpoint and the fields here are
+	// ignored; ID, Env and Hostname are the new sandbox's own.
+	FromCheckpoint string `json:",omitempty"`
 }
 
 // VM states a worker reports.
@@ -33,6 +39,9 @@ const (
 	VMRunning = "running"
 	VMPaused  = "paused"
 	VMStopped = "stopped" // the VMM is gone (crashed or stopped)
+	// VMSuspended: no VMM runs; memory, device state and disk are kept in a
+	// checksummed snapshot on the worker's disk until WakeSandbox.
+	VMSuspended = "suspended"
 )
 
 // SandboxStatus is what a worker knows of one sandbox it hosts.
@@ -42,6 +51,30 @@ type SandboxStatus struct {
 	VMMPID    int
 	BootedAt  time.Time
 	DiskBytes int64 // bytes allocated to the sandbox's own disk
+	// MemoryBytes is what the sandbox's guest RAM occupies on the worker's
+	// disk (its memory file; 0 for a VM without one). Shared reflinked
+	// extents count in full: an upper bound.
+	MemoryBytes int64
+	// SnapshotBytes is what its suspend snapshot occupies (VMSuspended only).
+	SnapshotBytes int64
+	// Restored is true when the VM was started from a snapshot (the
+	// template's ready snapshot, a checkpoint or a suspend), false after a
+	// cold boot.
+	Restored bool
+	// Spec is what the sandbox was created with (for a branch: the
+	// checkpoint's template and sizes, with the branch's ID, Env, Hostname).
+	Spec SandboxSpec
+}
+
+// CheckpointStatus describes one checkpoint a worker keeps.
+type CheckpointStatus struct {
+	ID        string
+	SandboxID string      // the sandbox it was taken of (which may be gone)
+	Spec      SandboxSpec // that sandbox's spec at the checkpoint
+	CreatedAt time.Time
+	SizeBytes int64 // bytes its files occupy (shared extents counted in full)
+	// Paused is how long the sandbox's vCPUs were stopped to take it.
+	Paused time.Duration
 }
 
 // Exit is reported when a sandbox's VM stops without being asked to.
@@ -73,4 +106,62 @@ type Worker interface {
 	// Close releases the worker's own resources; sandboxes keep running and
 	// are adopted by the next worker process.
 	Close() error
+}
+
+// Lifecycle is the part of a worker that pauses, suspends, wakes and
+// checkpoints sandboxes. internal/worker/local implements it. Every method
+// serialises with the other lifecycle calls on the same sandbox; a call in
+// the wrong state fails with errdefs.ErrFailedPrecondition naming the state
+// (the API answers 409 with the current state). Unknown ids fail with
+// errdefs.ErrNotFound.
+type Lifecycle interface {
+	// PauseSandbox stops the vCPUs of a running sandbox; memory stays
+	// resident. State becomes VMPaused. Pausing a paused sandbox succeeds.
+	PauseSandbox(ctx context.Context, id string) (SandboxStatus, error)
+	// ResumeSandbox continues a paused sandbox (VMRunning again). Resuming a
+	// running sandbox succeeds.
+	ResumeSandbox(ctx context.Context, id string) (SandboxStatus, error)
+	// SuspendSandbox makes a durable snapshot of a running or paused
+	// sandbox (filesystems frozen by the agent, memory, device state and
+	// disk copied with sha256 checksums) and ends its VMM, releasing CPU
+	// and RAM. State becomes VMSuspended; it survives a restart of the
+	// worker process and of the host. On error (e.g. ErrResourceExhausted
+	// when the disk is full) the sandbox is left as it was and no partial
+	// snapshot remains.
+	SuspendSandbox(ctx context.Context, id string) (SandboxStatus, error)
+	// WakeSandbox resumes a paused sandbox or restores a suspended one
+	// (checksums verified first, then the agent is thawed and handed fresh
+	// entropy and the wall clock). Snapshot files missing or corrupt fail
+	// with an error wrapping errdefs.ErrDataLoss and no VM is left running;
+	// the files stay for inspection until DeleteSandbox. Other errors leave
+	// it suspended, to be woken again.
+	WakeSandbox(ctx context.Context, id string) (SandboxStatus, error)
+	// Checkpoint keeps the state of a running or paused sandbox under
+	// checkpointID (chosen by the caller, e.g. "ckpt_…", unique on the
+	// worker). The VM is paused only while device state is saved and the
+	// memory and disk files are reflinked; then it continues in the state it
+	// had. A checkpoint outlives its sandbox; only DeleteCheckpoint removes it.
+	Checkpoint(ctx context.Context, sandboxID, checkpointID string) (CheckpointStatus, error)
+	// DeleteCheckpoint removes a checkpoint's files. Branches made from it
+	// and sandboxes restored to it keep working (they own copies). Deleting
+	// an unknown checkpoint succeeds. It waits for a branch or restore that
+	// is reading the checkpoint at that moment.
+	DeleteCheckpoint(ctx context.Context, checkpointID string) error
+	// Checkpoints lists the checkpoints this worker keeps.
+	Checkpoints(ctx context.Context) ([]CheckpointStatus, error)
+	// RestoreCheckpoint rolls a sandbox back in place to a checkpoint of
+	// that same sandbox (or of a sandbox it was branched from): its VM is
+	// replaced by one restored from the checkpoint's files; the sandbox's
+	// id, env and hostname stay. The sandbox may be running, paused or
+	// suspended; it ends running. A corrupt checkpoint fails with
+	// errdefs.ErrDataLoss before the sandbox is touched.
+	RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID string) (SandboxStatus, error)
+	// PrepareTemplate makes the ready snapshot of spec.Template (boot once,
+	// wait for the agent and the template's ready command, snapshot) for
+	// the VM size in spec (VCPUs, MemoryMiB, DiskMiB; other fields are
+	// ignored), so creates of that size restore instead of booting.
+	// CreateSandbox does it on first use otherwise (and cold-boots when it
+	// fails). Idempotent; ErrFailedPrecondition when the worker keeps no
+	// ready snapshots.
+	PrepareTemplate(ctx context.Context, spec SandboxSpec) error
 }

@@ -1,11 +1,23 @@
 // Package local is the single-host Worker: it keeps each sandbox's files under
-// the storage root, boots its microVM with a vmm.Driver, and hands out agent
-// clients. After a crash of the process that ran it, a new Worker adopts the
-// VMs that still run (the driver records them on disk) and reports the ones
-// that died.
+// the storage root, starts its microVM with a vmm.Driver, and hands out agent
+// clients. Guest RAM lives in a memory file next to the disk, so a snapshot
+// is the device state plus reflinks of those two files: templates get a
+// ready snapshot that creates restore from, and sandboxes pause, suspend
+// (durably, checksummed), wake, checkpoint, branch and restore. After a crash
+// of the process that ran it, a new Worker adopts the VMs that still run
+// (the driver records them on disk), knows the suspended sandboxes from their
+// files, and reports the ones that died.
 //
-// It owns everything under <root>/sandboxes; it never touches templates
-// (read-only to it), the store or anything of the API.
+// Layout under the storage root, all owned by this package:
+//
+//	sandboxes/<id>/sandbox.json, rootfs.ext4, memory, vm/   a sandbox
+//	sandboxes/<id>/suspend/                                 its suspend snapshot
+//	checkpoints/<id>/                                       a checkpoint (snapshot + checkpoint.json)
+//	snapshots/templates/<key>/                              a template's ready snapshot
+//
+// A snapshot dir holds the driver's device state, memory, rootfs.ext4 and
+// manifest.json (sha256 of every file), written last. It never touches
+// templates (read-only to it), the store or anything of the API.
 package local
 
 import (
@@ -40,7 +52,10 @@ type Config struct {
 	// BootTimeout bounds boot to agent ready. Default 2 minutes (TCG on a
 	// loaded host is slow; KVM boots in well under a second).
 	BootTimeout time.Duration
-	// ObserveBoot, if set, receives every successful boot's duration.
+	// DisableSnapshots makes every create a cold boot (no ready snapshots
+	// of templates), for comparison and for VMMs that cannot restore.
+	DisableSnapshots bool
+	// ObserveBoot, if set, receives every successful create's duration.
 	ObserveBoot func(time.Duration)
 	Logger      *slog.Logger
 }
@@ -52,13 +67,21 @@ type Worker struct {
 	root  string // <storage root>/sandboxes
 	exits chan worker.Exit
 
+	ready readySnapshots
+	// ckMu: branches and restores read checkpoints (RLock) while
+	// DeleteCheckpoint removes them (Lock).
+	ckMu sync.RWMutex
+
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	closed    chan struct{}
 	closeOnce sync.Once
 }
 
-var _ worker.Worker = (*Worker)(nil)
+var (
+	_ worker.Worker    = (*Worker)(nil)
+	_ worker.Lifecycle = (*Worker)(nil)
+)
 
 // New opens the worker and adopts the sandboxes a previous process left.
 func New(ctx context.Context, cfg Config) (*Worker, error) {

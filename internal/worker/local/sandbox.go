@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,41 +27,107 @@ const (
 	diskFile = "rootfs.ext4"
 	specFile = "sandbox.json"
 	vmDir    = "vm"
+	// suspendDir holds the sealed suspend snapshot; suspendTmp one being
+	// written (removed when found at start-up).
+	suspendDir = "suspend"
+	suspendTmp = "suspend.tmp"
 )
 
-// sandbox is one sandbox this worker holds. vm is nil when its VMM is gone
-// (found dead at adoption); such a sandbox only waits to be deleted.
+// sandbox is one sandbox this worker holds. vm is nil when no VMM runs:
+// suspended (suspendDir sealed) or gone (found dead at adoption, waiting to
+// be deleted).
 type sandbox struct {
-	spec     worker.SandboxSpec
-	bootedAt time.Time
-	dir      string
+	spec worker.SandboxSpec
+	dir  string
+	// agent is the sandbox's one client; it dials whatever VM the sandbox
+	// has at the moment, so it stays valid across suspend, wake and restore.
+	agent *agentclient.Client
 
-	mu       sync.Mutex
-	vm       vmm.VM
-	agent    *agentclient.Client
-	deleting bool
+	// op serialises lifecycle calls (create, pause, suspend, wake,
+	// checkpoint, restore, delete) on this sandbox.
+	op sync.Mutex
+
+	mu        sync.Mutex
+	vm        vmm.VM
+	paused    bool
+	suspended bool
+	restored  bool
+	bootedAt  time.Time
+	deleting  bool
+}
+
+func newSandbox(spec worker.SandboxSpec, dir string, log *slog.Logger) *sandbox {
+	sb := &sandbox{spec: spec, dir: dir}
+	sb.agent = agentclient.New(sb.dialAgent, log.With("sandbox", spec.ID))
+	return sb
+}
+
+func (sb *sandbox) dialAgent(ctx context.Context) (net.Conn, error) {
+	sb.mu.Lock()
+	vm, suspended := sb.vm, sb.suspended
+	sb.mu.Unlock()
+	if vm == nil {
+		if suspended {
+			return nil, errdefs.New(errdefs.ErrUnavailable, "sandbox %s is suspended", sb.spec.ID)
+		}
+		return nil, errdefs.New(errdefs.ErrUnavailable, "sandbox %s has no running VM", sb.spec.ID)
+	}
+	return vm.DialAgent(ctx)
+}
+
+func (sb *sandbox) path(name string) string { return filepath.Join(sb.dir, name) }
+
+// stateLocked is the VM state; sb.mu held.
+func (sb *sandbox) stateLocked() string {
+	switch {
+	case sb.vm != nil:
+		select {
+		case <-sb.vm.Done():
+			return worker.VMStopped
+		default:
+		}
+		if sb.paused {
+			return worker.VMPaused
+		}
+		return worker.VMRunning
+	case sb.suspended:
+		return worker.VMSuspended
+	}
+	return worker.VMStopped
+}
+
+func (sb *sandbox) state() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.stateLocked()
 }
 
 func (sb *sandbox) status() worker.SandboxStatus {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	st := worker.SandboxStatus{ID: sb.spec.ID, State: worker.VMStopped, BootedAt: sb.bootedAt}
+	st := worker.SandboxStatus{ID: sb.spec.ID, State: sb.stateLocked(), BootedAt: sb.bootedAt,
+		Restored: sb.restored, Spec: sb.spec}
 	if sb.vm != nil {
 		st.VMMPID = sb.vm.PID()
-		select {
-		case <-sb.vm.Done():
-		default:
-			st.State = worker.VMRunning
-		}
 	}
-	st.DiskBytes = allocatedBytes(filepath.Join(sb.dir, diskFile))
+	st.DiskBytes = allocatedBytes(sb.path(diskFile))
+	st.MemoryBytes = allocatedBytes(sb.path(memFile))
+	if sb.suspended {
+		// The live files are gone while suspended: the snapshot holds them.
+		st.SnapshotBytes = dirBytes(sb.path(suspendDir))
+		st.DiskBytes = allocatedBytes(filepath.Join(sb.dir, suspendDir, diskFile))
+		st.MemoryBytes = allocatedBytes(filepath.Join(sb.dir, suspendDir, memFile))
+	}
 	return st
 }
 
 func (sb *sandbox) agentClient() (*agentclient.Client, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.agent == nil || sb.deleting {
+	if sb.deleting {
+		return nil, errdefs.New(errdefs.ErrConflict, "sandbox %s is being deleted", sb.spec.ID)
+	}
+	if sb.vm == nil && !sb.suspended {
 		return nil, errdefs.New(errdefs.ErrConflict, "sandbox %s is not running", sb.spec.ID)
 	}
 	return sb.agent, nil
@@ -70,29 +138,53 @@ func (sb *sandbox) agentClient() (*agentclient.Client, error) {
 func (sb *sandbox) release() {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.agent != nil {
-		sb.agent.Close()
-	}
+	sb.agent.Close()
 	if d, ok := sb.vm.(vmm.Detacher); ok {
 		_ = d.Detach() // the VM keeps running either way; adoption re-opens it
 	}
 }
 
-// CreateSandbox clones the template disk, boots the VM and configures the
-// agent. On any failure it undoes what it did.
+// setVM installs a freshly started or restored VM and watches it.
+func (w *Worker) setVM(sb *sandbox, vm vmm.VM, restored bool) {
+	sb.mu.Lock()
+	sb.vm, sb.paused, sb.suspended, sb.restored = vm, false, false, restored
+	sb.bootedAt = time.Now()
+	sb.mu.Unlock()
+	go w.watch(sb, vm)
+}
+
+// bootSpec is the VM of sandbox sb with the given size.
+func (w *Worker) bootSpec(sb *sandbox, vcpus, memMiB int) vmm.BootSpec {
+	return vmm.BootSpec{
+		ID:         sb.spec.ID,
+		StateDir:   sb.path(vmDir),
+		Kernel:     w.cfg.Kernel,
+		Initrd:     w.cfg.Initrd,
+		Disks:      []vmm.Disk{{Path: sb.path(diskFile)}},
+		VCPUs:      vcpus,
+		MemoryMiB:  memMiB,
+		MemoryFile: sb.path(memFile),
+	}
+}
+
+// CreateSandbox makes the sandbox's files and VM: a branch of a checkpoint
+// (spec.FromCheckpoint), a restore of the template's ready snapshot, or, when
+// no snapshot can be had, a cold boot. On any failure it undoes what it did.
 func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ worker.SandboxStatus, err error) {
-	if spec.ID == "" || strings.ContainsAny(spec.ID, "/.") {
+	if !validID(spec.ID) {
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
-	tpl, err := template.Load(w.cfg.TemplatesDir, spec.Template)
-	if err != nil {
-		return worker.SandboxStatus{}, err
+	var ck *checkpointMeta
+	if spec.FromCheckpoint != "" {
+		m, err := w.loadCheckpoint(spec.FromCheckpoint)
+		if err != nil {
+			return worker.SandboxStatus{}, err
+		}
+		ck = &m
+		spec.Template, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB =
+			m.Spec.Template, m.Spec.VCPUs, m.Spec.MemoryMiB, m.Spec.DiskMiB
 	}
-	diskBytes := tpl.SizeBytes
-	if want := int64(spec.DiskMiB) << 20; want > diskBytes {
-		diskBytes = want
-	}
-	sb := &sandbox{spec: spec, dir: w.dir(spec.ID)}
+	sb := newSandbox(spec, w.dir(spec.ID), w.log)
 	w.mu.Lock()
 	if _, dup := w.sandboxes[spec.ID]; dup {
 		w.mu.Unlock()
@@ -100,60 +192,88 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	}
 	w.sandboxes[spec.ID] = sb
 	w.mu.Unlock()
+	sb.op.Lock()
+	defer sb.op.Unlock()
 	defer func() {
 		if err != nil {
 			w.teardown(context.WithoutCancel(ctx), sb)
 		}
 	}()
 
-	log := w.log.With("sandbox", spec.ID)
 	started := time.Now()
-	if err := os.MkdirAll(filepath.Join(sb.dir, vmDir), 0o700); err != nil {
+	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox dir: %w", err)
 	}
-	if err := writeJSON(filepath.Join(sb.dir, specFile), spec); err != nil {
+	if err := writeJSON(sb.path(specFile), spec); err != nil {
 		return worker.SandboxStatus{}, err
 	}
+	how := "cold boot"
+	switch {
+	case ck != nil:
+		how = "branch of " + ck.ID
+		err = w.branch(ctx, sb, *ck)
+	default:
+		snap, m, ok := w.templateSnapshot(ctx, spec)
+		if ok {
+			how = "template snapshot"
+			err = w.restoreInto(ctx, sb, snap, m, false)
+		} else {
+			err = w.coldBoot(ctx, sb)
+		}
+	}
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	if err := configure(ctx, sb.agent, spec); err != nil {
+		return worker.SandboxStatus{}, fmt.Errorf("configure agent: %w", err)
+	}
+	took := time.Since(started)
+	if w.cfg.ObserveBoot != nil {
+		w.cfg.ObserveBoot(took)
+	}
+	st := sb.status()
+	w.log.Info("sandbox started", "sandbox", spec.ID, "how", how, "vmm_pid", st.VMMPID, "took", took.Round(time.Millisecond))
+	return st, nil
+}
+
+// coldBoot clones the template disk and boots the sandbox's VM.
+func (w *Worker) coldBoot(ctx context.Context, sb *sandbox) error {
+	spec := sb.spec
+	tpl, err := template.Load(w.cfg.TemplatesDir, spec.Template)
+	if err != nil {
+		return err
+	}
+	diskBytes := max(tpl.SizeBytes, int64(spec.DiskMiB)<<20)
 	// A reflink clone allocates nothing up front, but the guest may fill its
 	// disk: refuse when the volume could not hold a fair share of it.
 	if err := w.cfg.Storage.EnsureFree(ctx, diskBytes/4); err != nil {
-		return worker.SandboxStatus{}, err
+		return err
 	}
-	disk := filepath.Join(sb.dir, diskFile)
-	if err := w.cfg.Storage.CloneAndGrow(ctx, tpl.Image, disk, diskBytes); err != nil {
-		return worker.SandboxStatus{}, fmt.Errorf("clone template disk: %w", err)
+	if err := w.cfg.Storage.CloneAndGrow(ctx, tpl.Image, sb.path(diskFile), diskBytes); err != nil {
+		return fmt.Errorf("clone template disk: %w", err)
 	}
-	vm, err := w.cfg.Driver.Start(ctx, vmm.BootSpec{
-		ID:        spec.ID,
-		StateDir:  filepath.Join(sb.dir, vmDir),
-		Kernel:    w.cfg.Kernel,
-		Initrd:    w.cfg.Initrd,
-		Disks:     []vmm.Disk{{Path: disk}},
-		VCPUs:     spec.VCPUs,
-		MemoryMiB: spec.MemoryMiB,
-	})
+	if err := createMemFile(sb.path(memFile), spec.MemoryMiB); err != nil {
+		return err
+	}
+	vm, err := w.cfg.Driver.Start(ctx, w.bootSpec(sb, spec.VCPUs, spec.MemoryMiB))
 	if err != nil {
-		return worker.SandboxStatus{}, fmt.Errorf("start vm: %w", err)
+		return fmt.Errorf("start vm: %w", err)
 	}
-	client := agentclient.New(vm.DialAgent, log)
-	sb.mu.Lock()
-	sb.vm, sb.agent = vm, client
-	sb.mu.Unlock()
+	w.setVM(sb, vm, false)
+	return w.waitAgent(ctx, vm, sb.agent)
+}
 
-	if err := w.waitAgent(ctx, vm, client); err != nil {
-		return worker.SandboxStatus{}, err
+// createMemFile makes an empty (sparse) guest RAM file of memMiB.
+func createMemFile(path string, memMiB int) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("memory file: %w: %v", errdefs.ErrInternal, err)
 	}
-	if err := configure(ctx, client, spec); err != nil {
-		return worker.SandboxStatus{}, fmt.Errorf("configure agent: %w", err)
+	defer f.Close()
+	if err := f.Truncate(int64(memMiB) << 20); err != nil {
+		return diskError("size memory file", err)
 	}
-	sb.bootedAt = time.Now()
-	boot := sb.bootedAt.Sub(started)
-	if w.cfg.ObserveBoot != nil {
-		w.cfg.ObserveBoot(boot)
-	}
-	log.Info("sandbox booted", "vmm_pid", vm.PID(), "boot", boot.Round(time.Millisecond))
-	go w.watch(sb, vm)
-	return sb.status(), nil
+	return nil
 }
 
 // waitAgent waits for the agent to answer, bounded by BootTimeout; a VMM
@@ -199,9 +319,9 @@ func (w *Worker) watch(sb *sandbox, vm vmm.VM) {
 		return
 	}
 	sb.mu.Lock()
-	deleting := sb.deleting
+	expected := sb.deleting || sb.vm != vm
 	sb.mu.Unlock()
-	if deleting {
+	if expected {
 		return
 	}
 	tail := strings.Join(vm.ConsoleTail(20), "\n")
@@ -212,8 +332,8 @@ func (w *Worker) watch(sb *sandbox, vm vmm.VM) {
 	}
 }
 
-// DeleteSandbox stops the VM and removes the sandbox's files. Deleting an
-// unknown sandbox succeeds.
+// DeleteSandbox stops the VM and removes the sandbox's files (its
+// checkpoints stay). Deleting an unknown sandbox succeeds.
 func (w *Worker) DeleteSandbox(ctx context.Context, id string) error {
 	w.mu.Lock()
 	sb, ok := w.sandboxes[id]
@@ -221,11 +341,16 @@ func (w *Worker) DeleteSandbox(ctx context.Context, id string) error {
 	if !ok {
 		// Files of a sandbox this process never knew (a create that crashed
 		// before registering) still go.
-		if id == "" || strings.ContainsAny(id, "/.") {
+		if !validID(id) {
 			return fmt.Errorf("sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 		}
 		return removeAll(w.dir(id))
 	}
+	sb.mu.Lock()
+	sb.deleting = true // fails agent calls and lifecycle calls waiting on op
+	sb.mu.Unlock()
+	sb.op.Lock()
+	defer sb.op.Unlock()
 	return w.teardown(ctx, sb)
 }
 
@@ -235,12 +360,10 @@ func (w *Worker) teardown(ctx context.Context, sb *sandbox) error {
 	defer cancel()
 	sb.mu.Lock()
 	sb.deleting = true
-	vm, agent := sb.vm, sb.agent
+	vm := sb.vm
 	sb.mu.Unlock()
 	var errs []error
-	if agent != nil {
-		agent.Close()
-	}
+	sb.agent.Close()
 	if vm != nil {
 		if err := vm.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop vm: %w", err))
@@ -257,42 +380,6 @@ func (w *Worker) teardown(ctx context.Context, sb *sandbox) error {
 		w.mu.Unlock()
 	}
 	return errors.Join(errs...)
-}
-
-// adoptAll finds the sandboxes a previous process left and adopts their VMs.
-func (w *Worker) adoptAll(ctx context.Context) error {
-	entries, err := os.ReadDir(w.root)
-	if err != nil {
-		return fmt.Errorf("local worker: read %s: %w", w.root, err)
-	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		sb := &sandbox{dir: w.dir(e.Name())}
-		if err := readJSON(filepath.Join(sb.dir, specFile), &sb.spec); err != nil || sb.spec.ID != e.Name() {
-			w.log.Warn("removing unreadable sandbox dir", "dir", e.Name(), "err", err)
-			_ = removeAll(sb.dir)
-			continue
-		}
-		vm, err := w.cfg.Driver.Recover(ctx, filepath.Join(sb.dir, vmDir))
-		switch {
-		case err == nil:
-			sb.vm = vm
-			sb.agent = agentclient.New(vm.DialAgent, w.log.With("sandbox", sb.spec.ID))
-			sb.bootedAt = time.Now()
-			go w.watch(sb, vm)
-			w.log.Info("adopted sandbox VM", "sandbox", sb.spec.ID, "vmm_pid", vm.PID())
-		case errors.Is(err, errdefs.ErrNotFound):
-			w.log.Warn("sandbox VM is gone", "sandbox", sb.spec.ID)
-		default:
-			return fmt.Errorf("local worker: recover %s: %w", sb.spec.ID, err)
-		}
-		w.mu.Lock()
-		w.sandboxes[sb.spec.ID] = sb
-		w.mu.Unlock()
-	}
-	return nil
 }
 
 func writeJSON(path string, v any) error {
@@ -313,6 +400,11 @@ func readJSON(path string, v any) error {
 		return err
 	}
 	return json.Unmarshal(b, v)
+}
+
+// validID accepts ids that are safe as one path element.
+func validID(id string) bool {
+	return id != "" && len(id) <= 128 && !strings.ContainsAny(id, "/.\x00")
 }
 
 func removeAll(dir string) error {

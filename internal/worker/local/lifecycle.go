@@ -1,0 +1,351 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// snapshotMargin is the free space a snapshot needs besides its reflinks
+// (device state, manifest, metadata of the clones).
+const snapshotMargin = 64 << 20
+
+// lifecycle looks up a sandbox and takes its op lock; the caller runs done.
+func (w *Worker) lifecycle(id string) (*sandbox, func(), error) {
+	sb, err := w.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	sb.op.Lock()
+	sb.mu.Lock()
+	deleting := sb.deleting
+	sb.mu.Unlock()
+	if deleting {
+		sb.op.Unlock()
+		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, sb.op.Unlock, nil
+}
+
+func wrongState(sb *sandbox, state, want string) error {
+	return errdefs.New(errdefs.ErrFailedPrecondition, "sandbox is %s; %s", state, want).
+		WithDetails(map[string]any{"state": state})
+}
+
+// PauseSandbox implements worker.Lifecycle.
+func (w *Worker) PauseSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	sb, done, err := w.lifecycle(id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	defer done()
+	switch st := sb.state(); st {
+	case worker.VMPaused:
+		return sb.status(), nil
+	case worker.VMRunning:
+	default:
+		return worker.SandboxStatus{}, wrongState(sb, st, "only a running sandbox can be paused")
+	}
+	p, ok := sb.vm.(vmm.Pauser)
+	if !ok {
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrFailedPrecondition, "this worker's VMM cannot pause")
+	}
+	if err := p.Pause(ctx); err != nil {
+		return worker.SandboxStatus{}, fmt.Errorf("pause: %w", err)
+	}
+	sb.mu.Lock()
+	sb.paused = true
+	sb.mu.Unlock()
+	return sb.status(), nil
+}
+
+// ResumeSandbox implements worker.Lifecycle.
+func (w *Worker) ResumeSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	sb, done, err := w.lifecycle(id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	defer done()
+	switch st := sb.state(); st {
+	case worker.VMRunning:
+		return sb.status(), nil
+	case worker.VMPaused:
+		return sb.status(), w.resume(ctx, sb)
+	default:
+		return worker.SandboxStatus{}, wrongState(sb, st, "only a paused sandbox can be resumed")
+	}
+}
+
+func (w *Worker) resume(ctx context.Context, sb *sandbox) error {
+	if err := sb.vm.(vmm.Pauser).Resume(ctx); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	sb.mu.Lock()
+	sb.paused = false
+	sb.mu.Unlock()
+	return nil
+}
+
+// WakeSandbox implements worker.Lifecycle.
+func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	sb, done, err := w.lifecycle(id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	defer done()
+	switch st := sb.state(); st {
+	case worker.VMRunning:
+		return sb.status(), nil
+	case worker.VMPaused:
+		if err := w.resume(ctx, sb); err != nil {
+			return worker.SandboxStatus{}, err
+		}
+		return sb.status(), nil
+	case worker.VMSuspended:
+	default:
+		return worker.SandboxStatus{}, wrongState(sb, st, "only a paused or suspended sandbox can be woken")
+	}
+	started := time.Now()
+	snap := sb.path(suspendDir)
+	m, err := verifySnapshot(ctx, snap)
+	if err != nil {
+		w.log.Error("suspend snapshot failed verification", "sandbox", id, "err", causeOf(err))
+		return worker.SandboxStatus{}, err
+	}
+	if err := w.restoreInto(ctx, sb, snap, m, true); err != nil {
+		sb.mu.Lock()
+		sb.suspended = true
+		sb.mu.Unlock()
+		return worker.SandboxStatus{}, err
+	}
+	if err := configure(ctx, sb.agent, sb.spec); err != nil {
+		w.abandonVM(ctx, sb, true)
+		sb.mu.Lock()
+		sb.suspended = true
+		sb.mu.Unlock()
+		return worker.SandboxStatus{}, fmt.Errorf("configure agent after wake: %w", err)
+	}
+	// Running again from its own copies: the snapshot has served.
+	if err := os.RemoveAll(snap); err != nil {
+		w.log.Warn("remove suspend snapshot", "sandbox", id, "err", err)
+	}
+	w.log.Info("sandbox woken", "sandbox", id, "took", time.Since(started).Round(time.Millisecond))
+	return sb.status(), nil
+}
+
+// SuspendSandbox implements worker.Lifecycle.
+func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	sb, done, err := w.lifecycle(id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	defer done()
+	st := sb.state()
+	switch st {
+	case worker.VMSuspended:
+		return sb.status(), nil
+	case worker.VMRunning, worker.VMPaused:
+	default:
+		return worker.SandboxStatus{}, wrongState(sb, st, "only a running or paused sandbox can be suspended")
+	}
+	started := time.Now()
+	wasPaused := st == worker.VMPaused
+	vm := sb.vm
+	if wasPaused {
+		// The agent must run to freeze the filesystems.
+		if err := w.resume(ctx, sb); err != nil {
+			return worker.SandboxStatus{}, err
+		}
+	}
+	if err := sb.agent.Freeze(ctx); err != nil {
+		w.undoSnapshotPause(ctx, sb, false, wasPaused)
+		return worker.SandboxStatus{}, fmt.Errorf("freeze guest filesystems: %w", err)
+	}
+	tmp := sb.path(suspendTmp)
+	if err := w.snapshotPaused(ctx, sb, tmp); err != nil {
+		w.undoSnapshotPause(ctx, sb, true, wasPaused)
+		return worker.SandboxStatus{}, err
+	}
+	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB}
+	err = sealSnapshot(ctx, tmp, m)
+	if err == nil {
+		err = os.Rename(tmp, sb.path(suspendDir))
+		if err == nil {
+			err = syncDir(sb.dir)
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		_ = os.RemoveAll(sb.path(suspendDir))
+		w.undoSnapshotPause(ctx, sb, true, wasPaused)
+		return worker.SandboxStatus{}, diskError("seal suspend snapshot", err)
+	}
+	// Sealed: from here the snapshot is the sandbox. Release the VM.
+	sb.mu.Lock()
+	sb.vm, sb.paused, sb.suspended = nil, false, true
+	sb.mu.Unlock()
+	sb.agent.Disconnect()
+	if err := vm.Stop(ctx); err != nil {
+		w.log.Warn("stop suspended VM", "sandbox", id, "err", err)
+	}
+	_ = os.Remove(sb.path(memFile))
+	_ = os.Remove(sb.path(diskFile))
+	w.log.Info("sandbox suspended", "sandbox", id, "took", time.Since(started).Round(time.Millisecond),
+		"snapshot_bytes", dirBytes(sb.path(suspendDir)))
+	return sb.status(), nil
+}
+
+// snapshotPaused pauses sb's VM and writes a snapshot of it into dir (which
+// must not exist): device state, then reflinks of the memory file and the
+// disk. The VM stays paused; on error dir is removed.
+func (w *Worker) snapshotPaused(ctx context.Context, sb *sandbox, dir string) (err error) {
+	p, ok1 := sb.vm.(vmm.Pauser)
+	s, ok2 := sb.vm.(vmm.Snapshotter)
+	if !ok1 || !ok2 {
+		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker's VMM cannot snapshot")
+	}
+	if err := w.cfg.Storage.EnsureFree(ctx, snapshotMargin); err != nil {
+		return err
+	}
+	_ = os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return diskError("snapshot dir", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := p.Pause(ctx); err != nil {
+		return fmt.Errorf("pause: %w", err)
+	}
+	sb.mu.Lock()
+	sb.paused = true
+	sb.mu.Unlock()
+	if err := s.Snapshot(ctx, dir); err != nil {
+		return w.classifyDisk("save device state", err)
+	}
+	for _, f := range []string{memFile, diskFile} {
+		if err := w.cfg.Storage.Clone(ctx, sb.path(f), filepath.Join(dir, f)); err != nil {
+			return w.classifyDisk("copy "+f, err)
+		}
+	}
+	return nil
+}
+
+// classifyDisk makes a failure while the volume is (nearly) full a
+// resource_exhausted error: the driver only sees its helper fail.
+func (w *Worker) classifyDisk(what string, err error) error {
+	if errors.Is(err, errdefs.ErrResourceExhausted) {
+		return err
+	}
+	if free, ferr := w.cfg.Storage.Free(context.Background()); ferr == nil && free < snapshotMargin {
+		return diskError(what, fmt.Errorf("%w (%d bytes free)", errdefs.ErrResourceExhausted, free))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// undoSnapshotPause puts a sandbox back as it was before a failed suspend.
+func (w *Worker) undoSnapshotPause(ctx context.Context, sb *sandbox, thaw, wasPaused bool) {
+	ctx = context.WithoutCancel(ctx)
+	if sb.state() == worker.VMPaused {
+		if err := w.resume(ctx, sb); err != nil {
+			w.log.Error("resume after failed snapshot", "sandbox", sb.spec.ID, "err", err)
+			return
+		}
+	}
+	if thaw {
+		if err := sb.agent.Thaw(ctx); err != nil {
+			w.log.Error("thaw after failed suspend", "sandbox", sb.spec.ID, "err", err)
+		}
+	}
+	if wasPaused {
+		if err := sb.vm.(vmm.Pauser).Pause(ctx); err == nil {
+			sb.mu.Lock()
+			sb.paused = true
+			sb.mu.Unlock()
+		}
+	}
+}
+
+// restoreInto gives sb its own reflink copies of snapshot snap's memory and
+// disk and starts its VM restored from snap, running. With thaw, the guest
+// filesystems (frozen at a suspend) are thawed. The caller configures the
+// agent. On error no VM is left and sb's live files are removed.
+func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m manifest, thaw bool) (err error) {
+	r, ok := w.cfg.Driver.(vmm.Restorer)
+	if !ok {
+		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker's VMM cannot restore snapshots")
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(sb.path(memFile))
+			_ = os.Remove(sb.path(diskFile))
+		}
+	}()
+	for _, f := range []string{memFile, diskFile} {
+		_ = os.Remove(sb.path(f))
+		if err := w.cfg.Storage.Clone(ctx, filepath.Join(snap, f), sb.path(f)); err != nil {
+			return fmt.Errorf("copy snapshot %s: %w", f, err)
+		}
+	}
+	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
+		return fmt.Errorf("vm dir: %w: %v", errdefs.ErrInternal, err)
+	}
+	vm, err := r.Restore(ctx, w.bootSpec(sb, m.VCPUs, m.MemoryMiB), snap)
+	if err != nil {
+		return fmt.Errorf("restore vm: %w", err)
+	}
+	// The link to the old VM (if any) is dead; calls redial the new one.
+	sb.agent.Disconnect()
+	w.setVM(sb, vm, true)
+	sb.mu.Lock()
+	sb.paused = true
+	sb.mu.Unlock()
+	if err := w.resume(ctx, sb); err != nil {
+		w.abandonVM(ctx, sb, false)
+		return err
+	}
+	if thaw {
+		if err := sb.agent.Thaw(ctx); err != nil {
+			w.abandonVM(ctx, sb, false)
+			return fmt.Errorf("thaw guest filesystems: %w", err)
+		}
+	}
+	return nil
+}
+
+// abandonVM stops sb's VM after a failed restore; with files it also
+// removes the live copies it ran on.
+func (w *Worker) abandonVM(ctx context.Context, sb *sandbox, files bool) {
+	sb.mu.Lock()
+	vm := sb.vm
+	sb.vm, sb.paused = nil, false
+	sb.mu.Unlock()
+	sb.agent.Disconnect()
+	if vm != nil {
+		if err := vm.Stop(context.WithoutCancel(ctx)); err != nil {
+			w.log.Warn("stop vm", "sandbox", sb.spec.ID, "err", err)
+		}
+	}
+	if files {
+		_ = os.Remove(sb.path(memFile))
+		_ = os.Remove(sb.path(diskFile))
+	}
+}
+
+// causeOf is the internal cause of a public error, for logs.
+func causeOf(err error) error {
+	var pub *errdefs.Public
+	if errors.As(err, &pub) && pub.Cause != nil {
+		return fmt.Errorf("%v: %w", err, pub.Cause)
+	}
+	return err
+}

@@ -1,0 +1,268 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// retryFailedSnapshot is how long a template whose ready snapshot could not
+// be made cold-boots before the worker tries again.
+const retryFailedSnapshot = 10 * time.Minute
+
+// readySnapshots keeps the template snapshots this process has verified,
+// and serialises making each one.
+type readySnapshots struct {
+	mu       sync.Mutex
+	building map[string]*sync.Mutex
+	verified map[string]manifest
+	failed   map[string]time.Time
+}
+
+func (r *readySnapshots) lock(key string) func() {
+	r.mu.Lock()
+	if r.building == nil {
+		r.building, r.verified, r.failed = map[string]*sync.Mutex{}, map[string]manifest{}, map[string]time.Time{}
+	}
+	m := r.building[key]
+	if m == nil {
+		m = &sync.Mutex{}
+		r.building[key] = m
+	}
+	r.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// templateKey names the ready snapshot of one template build at one VM
+// size, booted with this worker's kernel and initramfs: any of these
+// changing makes a different snapshot.
+func (w *Worker) templateKey(tpl template.Metadata, vcpus, memMiB int, diskBytes int64) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "v1\n%s\n%d\n%d\n%d\n%s\n", tpl.Digest, vcpus, memMiB, diskBytes, w.cfg.Driver.Name())
+	for _, p := range []string{w.cfg.Kernel, w.cfg.Initrd} {
+		if fi, err := os.Stat(p); err == nil {
+			fmt.Fprintf(h, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+func (w *Worker) templateSnapshotsDir() string {
+	return filepath.Join(w.cfg.Storage.Root(), "snapshots", "templates")
+}
+
+func (w *Worker) canSnapshot() bool {
+	_, ok := w.cfg.Driver.(vmm.Restorer)
+	return ok && !w.cfg.DisableSnapshots
+}
+
+// templateSnapshot returns the ready snapshot for spec's template and size,
+// making it first if needed. ok is false when there is none (snapshots
+// disabled or unsupported, or making one failed): the caller cold-boots.
+func (w *Worker) templateSnapshot(ctx context.Context, spec worker.SandboxSpec) (dir string, m manifest, ok bool) {
+	if !w.canSnapshot() {
+		return "", m, false
+	}
+	dir, m, err := w.prepareTemplate(ctx, spec)
+	if err != nil {
+		w.log.Warn("no ready snapshot for template: cold boot instead", "template", spec.Template, "err", causeOf(err))
+		return "", m, false
+	}
+	return dir, m, true
+}
+
+// PrepareTemplate implements worker.Lifecycle.
+func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) error {
+	if !w.canSnapshot() {
+		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker does not keep ready snapshots")
+	}
+	_, _, err := w.prepareTemplate(ctx, spec)
+	return err
+}
+
+func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (string, manifest, error) {
+	tpl, err := template.Load(w.cfg.TemplatesDir, spec.Template)
+	if err != nil {
+		return "", manifest{}, err
+	}
+	diskBytes := max(tpl.SizeBytes, int64(spec.DiskMiB)<<20)
+	key := w.templateKey(tpl, spec.VCPUs, spec.MemoryMiB, diskBytes)
+	dir := filepath.Join(w.templateSnapshotsDir(), key)
+	unlock := w.ready.lock(key)
+	defer unlock()
+	w.ready.mu.Lock()
+	m, verified := w.ready.verified[key]
+	failedAt, failed := w.ready.failed[key]
+	w.ready.mu.Unlock()
+	if verified {
+		return dir, m, nil
+	}
+	if failed && time.Since(failedAt) < retryFailedSnapshot {
+		return "", m, errdefs.New(errdefs.ErrUnavailable, "making the template's snapshot failed recently")
+	}
+	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err == nil {
+		m, err = verifySnapshot(ctx, dir)
+		if err == nil {
+			w.markReady(key, m)
+			return dir, m, nil
+		}
+		w.log.Error("template snapshot damaged: making it again", "template", tpl.Ref(), "err", causeOf(err))
+		if err := os.RemoveAll(dir); err != nil {
+			return "", m, fmt.Errorf("remove damaged template snapshot: %w: %v", errdefs.ErrInternal, err)
+		}
+	}
+	started := time.Now()
+	m, err = w.makeTemplateSnapshot(ctx, tpl, spec, diskBytes, dir)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.ready.mu.Lock()
+			w.ready.failed[key] = time.Now()
+			w.ready.mu.Unlock()
+		}
+		return "", m, err
+	}
+	w.markReady(key, m)
+	w.log.Info("template ready snapshot made", "template", tpl.Ref(), "vcpus", spec.VCPUs,
+		"memory_mib", spec.MemoryMiB, "took", time.Since(started).Round(time.Millisecond))
+	return dir, m, nil
+}
+
+func (w *Worker) markReady(key string, m manifest) {
+	w.ready.mu.Lock()
+	defer w.ready.mu.Unlock()
+	w.ready.verified[key] = m
+	delete(w.ready.failed, key)
+}
+
+// makeTemplateSnapshot boots the template in a staging dir, waits for the
+// agent (and the template's ready command), pauses it, saves its device
+// state, stops it, and seals the staging dir as dir.
+func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata, spec worker.SandboxSpec,
+	diskBytes int64, dir string) (m manifest, err error) {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	staging := dir + ".tmp-" + hex.EncodeToString(suffix)
+	// The VM's state dir is short (unix socket paths are limited) and
+	// outside the snapshot.
+	vmState := filepath.Join(filepath.Dir(w.templateSnapshotsDir()), "vm-"+hex.EncodeToString(suffix))
+	for _, d := range []string{staging, vmState} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return m, diskError("template snapshot dir", err)
+		}
+		defer os.RemoveAll(d) // staging is gone after the rename on success
+	}
+	if err := w.cfg.Storage.EnsureFree(ctx, diskBytes/4+snapshotMargin); err != nil {
+		return m, err
+	}
+	disk, mem := filepath.Join(staging, diskFile), filepath.Join(staging, memFile)
+	if err := w.cfg.Storage.CloneAndGrow(ctx, tpl.Image, disk, diskBytes); err != nil {
+		return m, fmt.Errorf("clone template disk: %w", err)
+	}
+	if err := createMemFile(mem, spec.MemoryMiB); err != nil {
+		return m, err
+	}
+	vm, err := w.cfg.Driver.Start(ctx, vmm.BootSpec{
+		ID: "tpl-" + filepath.Base(dir)[:12], StateDir: vmState,
+		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: disk}},
+		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MemoryFile: mem,
+	})
+	if err != nil {
+		return m, fmt.Errorf("start template vm: %w", err)
+	}
+	defer vm.Stop(context.WithoutCancel(ctx))
+	client := agentclient.New(vm.DialAgent, w.log.With("template", tpl.Ref()))
+	defer client.Close()
+	if err := w.waitAgent(ctx, vm, client); err != nil {
+		return m, err
+	}
+	if len(tpl.Defaults.ReadyCommand) > 0 {
+		if err := w.awaitReadyCommand(ctx, client, tpl.Defaults.ReadyCommand); err != nil {
+			return m, err
+		}
+	}
+	client.Close()
+	p, ok1 := vm.(vmm.Pauser)
+	s, ok2 := vm.(vmm.Snapshotter)
+	if !ok1 || !ok2 {
+		return m, errdefs.New(errdefs.ErrFailedPrecondition, "this worker's VMM cannot snapshot")
+	}
+	if err := p.Pause(ctx); err != nil {
+		return m, fmt.Errorf("pause template vm: %w", err)
+	}
+	if err := s.Snapshot(ctx, staging); err != nil {
+		return m, w.classifyDisk("save template device state", err)
+	}
+	// Stopped and paused, the memory file and disk no longer change: they
+	// are the snapshot's own files.
+	if err := vm.Stop(ctx); err != nil {
+		return m, fmt.Errorf("stop template vm: %w", err)
+	}
+	m = manifest{CreatedAt: time.Now().UTC(), VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB}
+	if err := sealSnapshot(ctx, staging, m); err != nil {
+		return m, err
+	}
+	if err := readJSON(filepath.Join(staging, manifestFile), &m); err != nil {
+		return m, fmt.Errorf("template snapshot: %w: %v", errdefs.ErrInternal, err)
+	}
+	if err := os.Rename(staging, dir); err != nil {
+		return m, fmt.Errorf("template snapshot: %w: %v", errdefs.ErrInternal, err)
+	}
+	return m, syncDir(filepath.Dir(dir))
+}
+
+// awaitReadyCommand runs the template's ready command until it exits 0,
+// bounded by BootTimeout.
+func (w *Worker) awaitReadyCommand(ctx context.Context, c *agentclient.Client, argv []string) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.BootTimeout)
+	defer cancel()
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("ready-%d", i)
+		if _, err := c.Start(ctx, agentproto.ProcessSpec{ID: id, Argv: argv}); err != nil {
+			return fmt.Errorf("start ready command: %w", err)
+		}
+		for {
+			info, err := c.Get(ctx, id)
+			if err != nil {
+				return fmt.Errorf("ready command: %w", err)
+			}
+			if info.Exit != nil {
+				if info.Exit.ExitCode != nil && *info.Exit.ExitCode == 0 {
+					return nil
+				}
+				break
+			}
+			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+				return errors.Join(errdefs.New(errdefs.ErrDeadlineExceeded, "the template's ready command did not succeed in time"), err)
+			}
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return errdefs.New(errdefs.ErrDeadlineExceeded, "the template's ready command did not succeed in time")
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
