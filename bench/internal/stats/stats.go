@@ -18,7 +18,9 @@ type Series struct {
 }
 
 // AddDuration records d in milliseconds.
-func (s *Series) AddDuration(d time.Duration) { s.Samples = append(s.Samples, float64(d.Microseconds())/1000) }
+func (s *Series) AddDuration(d time.Duration) {
+	s.Samples = append(s.Samples, float64(d.Microseconds())/1000)
+}
 
 // Median of the samples (0 when empty).
 func (s Series) Median() float64 { return Percentile(s.Samples, 50) }

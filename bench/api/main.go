@@ -1,0 +1,277 @@
+// Command api is a bounded load benchmark of the HTTP API of a real spaced:
+// p50/p99 of GET /v1/sandboxes/{id} and of a command round trip (POST exec
+// of `true`) with -clients concurrent clients, and time-to-ready of
+// -creates concurrent creates with their success rate.
+//
+// By default it starts bin/spaced on a temporary data dir and stops it (and
+// deletes its sandboxes) afterwards; -url and -key point it at a running
+// server instead.
+//
+//	go run ./bench/api -clients 50 -requests 2000 -creates 20
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/space-sandbox/space/bench/internal/stats"
+)
+
+type config struct {
+	url, key, spaced       string
+	clients, requests      int
+	execs, creates         int
+	createTimeout, maxTime time.Duration
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.url, "url", "", "server URL (default: start bin/spaced on a temporary data dir)")
+	flag.StringVar(&cfg.key, "key", os.Getenv("SPACE_API_KEY"), "API key (with -url)")
+	flag.StringVar(&cfg.spaced, "spaced", "bin/spaced", "spaced binary to start")
+	flag.IntVar(&cfg.clients, "clients", 50, "concurrent clients")
+	flag.IntVar(&cfg.requests, "requests", 2000, "GET requests in all")
+	flag.IntVar(&cfg.execs, "execs", 500, "command round trips in all")
+	flag.IntVar(&cfg.creates, "creates", 20, "concurrent sandbox creates")
+	flag.DurationVar(&cfg.createTimeout, "create-timeout", 5*time.Minute, "bound on one create")
+	flag.DurationVar(&cfg.maxTime, "max-time", 20*time.Minute, "bound on the whole run")
+	flag.Parse()
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/api:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.maxTime)
+	defer cancel()
+	if cfg.url == "" {
+		stop, url, key, err := startServer(cfg.spaced)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.url, cfg.key = url, key
+	}
+	c := &client{url: cfg.url, key: cfg.key, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients * 2}}}
+	sbx, err := c.create(ctx, cfg.createTimeout)
+	if err != nil {
+		return fmt.Errorf("first sandbox: %w", err)
+	}
+	defer c.delete(sbx)
+
+	get := stats.Series{Name: fmt.Sprintf("GET /v1/sandboxes/{id}, %d clients", cfg.clients), Unit: "ms"}
+	getErrs := load(ctx, cfg.clients, cfg.requests, &get, func() error {
+		return c.do(ctx, "GET", "/v1/sandboxes/"+sbx, nil, nil, 200)
+	})
+	execRT := stats.Series{Name: fmt.Sprintf("exec `true` round trip, %d clients", cfg.clients), Unit: "ms"}
+	execErrs := load(ctx, cfg.clients, cfg.execs, &execRT, func() error {
+		var res struct {
+			ExitCode *int `json:"exit_code"`
+		}
+		if err := c.do(ctx, "POST", "/v1/sandboxes/"+sbx+"/exec", map[string]any{"argv": []string{"true"}}, &res, 200); err != nil {
+			return err
+		}
+		if res.ExitCode == nil || *res.ExitCode != 0 {
+			return fmt.Errorf("true exited %v", res.ExitCode)
+		}
+		return nil
+	})
+
+	ready := stats.Series{Name: fmt.Sprintf("time to ready, %d concurrent creates", cfg.creates), Unit: "ms"}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var ok int
+	var created []string
+	var firstErr error
+	for i := 0; i < cfg.creates; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			id, err := c.create(ctx, cfg.createTimeout)
+			mu.Lock()
+			defer mu.Unlock()
+			if id != "" {
+				created = append(created, id)
+			}
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			ok++
+			ready.AddDuration(time.Since(t0))
+		}()
+	}
+	wg.Wait()
+	for _, id := range created {
+		c.delete(id)
+	}
+
+	fmt.Printf("bench/api against %s\n", cfg.url)
+	stats.Print(os.Stdout, get, execRT, ready)
+	fmt.Printf("errors: GET %d/%d, exec %d/%d; creates succeeded %d/%d (%.0f%%)\n",
+		getErrs, cfg.requests, execErrs, cfg.execs, ok, cfg.creates, 100*float64(ok)/float64(cfg.creates))
+	if firstErr != nil {
+		fmt.Printf("first create error: %v\n", firstErr)
+	}
+	return nil
+}
+
+// load runs n calls of fn over workers goroutines and records latencies of
+// the successful ones; it returns the number of failures.
+func load(ctx context.Context, workers, n int, s *stats.Series, fn func() error) int {
+	var next, failed atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+				t0 := time.Now()
+				if err := fn(); err != nil {
+					failed.Add(1)
+					continue
+				}
+				d := time.Since(t0)
+				mu.Lock()
+				s.AddDuration(d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return int(failed.Load())
+}
+
+type client struct {
+	url, key string
+	http     *http.Client
+}
+
+func (c *client) do(ctx context.Context, method, path string, in, out any, want int) error {
+	var body io.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// create creates a sandbox from base and waits for its operation; it
+// returns the sandbox id whenever one was made, so it can be deleted.
+func (c *client) create(ctx context.Context, timeout time.Duration) (string, error) {
+	var created struct {
+		Sandbox   struct{ ID string }
+		Operation struct{ ID string }
+	}
+	if err := c.do(ctx, "POST", "/v1/sandboxes", map[string]any{"template": "base"}, &created, 202); err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var op struct {
+			State string
+			Error *struct{ Code, Message string }
+		}
+		if err := c.do(ctx, "GET", "/v1/operations/"+created.Operation.ID+"?wait=30s", nil, &op, 200); err != nil {
+			return created.Sandbox.ID, err
+		}
+		switch op.State {
+		case "succeeded":
+			return created.Sandbox.ID, nil
+		case "failed", "cancelled":
+			return created.Sandbox.ID, fmt.Errorf("create %s: %+v", op.State, op.Error)
+		}
+	}
+	return created.Sandbox.ID, fmt.Errorf("create not done after %s", timeout)
+}
+
+func (c *client) delete(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var resp struct{ Operation struct{ ID string } }
+	if c.do(ctx, "DELETE", "/v1/sandboxes/"+id, nil, &resp, 202) == nil {
+		c.do(ctx, "GET", "/v1/operations/"+resp.Operation.ID+"?wait=60s", nil, nil, 200)
+	}
+}
+
+var listenRE = regexp.MustCompile(`msg="spaced serving" listen=(\S+)`)
+
+// startServer runs spaced on a temporary data dir; stop ends it and
+// unmounts and removes the data dir.
+func startServer(bin string) (stop func(), url, key string, err error) {
+	dir, err := os.MkdirTemp("", "space-bench-api-")
+	if err != nil {
+		return nil, "", "", err
+	}
+	data := filepath.Join(dir, "data")
+	logPath := filepath.Join(dir, "spaced.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", "", err
+	}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", data, "--quota-sandboxes", "100")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, "", "", err
+	}
+	stop = func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		exec.Command("umount", filepath.Join(data, "vol")).Run()
+		os.RemoveAll(dir)
+	}
+	for i := 0; i < 1200; i++ {
+		b, _ := os.ReadFile(logPath)
+		if m := listenRE.FindSubmatch(b); m != nil {
+			k, err := os.ReadFile(filepath.Join(data, "admin.key"))
+			if err != nil {
+				stop()
+				return nil, "", "", err
+			}
+			return stop, "http://" + string(m[1]), strings.TrimSpace(string(k)), nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(logPath)
+	stop()
+	return nil, "", "", fmt.Errorf("spaced did not start:\n%s", b)
+}

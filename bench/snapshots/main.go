@@ -1,0 +1,271 @@
+// Command snapshots benchmarks sandbox snapshots on this host through the
+// local worker (no HTTP API): cold boot to first command, create from the
+// template's ready snapshot to first command, pause, wake from pause,
+// suspend and wake from suspend for 256 MiB and 1 GiB guests, the time a
+// checkpoint stops the vCPUs, and gVisor's `runsc --network=none do true`
+// as the peer when runsc is installed. It prints medians over -runs runs.
+//
+//	go run ./bench/snapshots -runs 10
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/space-sandbox/space/bench/internal/stats"
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/guest"
+	"github.com/space-sandbox/space/internal/storage"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/vmm"
+	_ "github.com/space-sandbox/space/internal/vmm/qemu"
+	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local"
+)
+
+func main() {
+	runs := flag.Int("runs", 10, "runs of each measure")
+	agent := flag.String("agent", "bin/space-agent", "static space-agent binary")
+	dataDir := flag.String("data-dir", "", "data dir (default: a temporary one, removed after)")
+	accel := flag.String("accel", "auto", "auto, kvm or tcg")
+	flag.Parse()
+	if err := run(*runs, *agent, *dataDir, *accel); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	ctx  context.Context
+	runs int
+	seq  int
+}
+
+func run(runs int, agent, dataDir, accel string) error {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if dataDir == "" {
+		tmp, err := os.MkdirTemp("", "space-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dataDir = tmp
+	}
+	st, err := storage.Open(ctx, storage.Config{DataDir: dataDir, ImageSizeGiB: 16}, log)
+	if err != nil {
+		return err
+	}
+	defer st.Unmount(context.Background())
+	k, err := guest.Locate(guest.KernelDirFromEnv())
+	if err != nil {
+		return err
+	}
+	ir, err := guest.BuildInitramfs(ctx, k, guest.InitramfsOptions{AgentBinary: agent, CacheDir: filepath.Join(dataDir, "boot")})
+	if err != nil {
+		return err
+	}
+	templates := filepath.Join(st.Root(), "templates")
+	if _, err := template.BuildBase(ctx, template.BaseOptions{TemplatesDir: templates, AgentBinary: agent}); err != nil {
+		return err
+	}
+	driver, err := vmm.Open("qemu", vmm.Options{Accel: accel, CacheDir: filepath.Join(dataDir, "cache")})
+	if err != nil {
+		return err
+	}
+	cfg := local.Config{Storage: st, Driver: driver, Kernel: k.Vmlinuz, Initrd: ir.Path, TemplatesDir: templates, Logger: log}
+	b := &bench{ctx: ctx, runs: runs}
+	var out []stats.Series
+
+	cold := cfg
+	cold.DisableSnapshots = true
+	wc, err := local.New(ctx, cold)
+	if err != nil {
+		return err
+	}
+	s, err := b.createToFirst(wc, "cold boot to first command (256 MiB)", 256)
+	wc.Close()
+	if err != nil {
+		return err
+	}
+	out = append(out, s)
+
+	w, err := local.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for _, mem := range []int{256, 1024} {
+		if err := w.PrepareTemplate(ctx, spec("", mem)); err != nil {
+			return err
+		}
+		s, err := b.createToFirst(w, fmt.Sprintf("create from snapshot to first command (%d MiB)", mem), mem)
+		if err != nil {
+			return err
+		}
+		out = append(out, s)
+		ss, err := b.lifecycle(w, mem)
+		if err != nil {
+			return err
+		}
+		out = append(out, ss...)
+	}
+	if s, ok := b.runsc(); ok {
+		out = append(out, s)
+	}
+	fmt.Printf("bench/snapshots: %d runs, accel=%s, kernel %s, 1 vCPU, base template\n", runs, accel, k.Version)
+	stats.Print(os.Stdout, out...)
+	return nil
+}
+
+func spec(id string, mem int) worker.SandboxSpec {
+	return worker.SandboxSpec{ID: id, Template: template.BaseName, VCPUs: 1, MemoryMiB: mem}
+}
+
+func (b *bench) id() string {
+	b.seq++
+	return fmt.Sprintf("sbx_bench%d", b.seq)
+}
+
+// createToFirst: CreateSandbox, then `true` run to its exit.
+func (b *bench) createToFirst(w *local.Worker, name string, mem int) (stats.Series, error) {
+	s := stats.Series{Name: name, Unit: "ms"}
+	for range b.runs {
+		id := b.id()
+		t0 := time.Now()
+		if _, err := w.CreateSandbox(b.ctx, spec(id, mem)); err != nil {
+			return s, err
+		}
+		c, err := w.Agent(b.ctx, id)
+		if err != nil {
+			return s, err
+		}
+		if err := runTrue(b.ctx, c, "first"); err != nil {
+			return s, err
+		}
+		s.AddDuration(time.Since(t0))
+		if err := w.DeleteSandbox(b.ctx, id); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// lifecycle times pause, wake from pause, suspend, wake from suspend (to the
+// first command) and checkpoint stop time on one sandbox.
+func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
+	sfx := fmt.Sprintf(" (%d MiB)", mem)
+	pause := stats.Series{Name: "pause" + sfx, Unit: "ms"}
+	wakeP := stats.Series{Name: "wake from pause" + sfx, Unit: "ms"}
+	susp := stats.Series{Name: "suspend" + sfx, Unit: "ms"}
+	wakeS := stats.Series{Name: "wake from suspend to first command" + sfx, Unit: "ms"}
+	ckpt := stats.Series{Name: "checkpoint vCPU stop" + sfx, Unit: "ms"}
+	snapMB := stats.Series{Name: "suspend snapshot size" + sfx, Unit: "MB"}
+	id := b.id()
+	if _, err := w.CreateSandbox(b.ctx, spec(id, mem)); err != nil {
+		return nil, err
+	}
+	defer w.DeleteSandbox(b.ctx, id)
+	c, err := w.Agent(b.ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// Some memory in use, as a real workload would have.
+	if err := runShell(b.ctx, c, "fill", "head -c 33554432 /dev/urandom > /tmp/fill"); err != nil {
+		return nil, err
+	}
+	timed := func(s *stats.Series, f func() error) error {
+		t0 := time.Now()
+		err := f()
+		s.AddDuration(time.Since(t0))
+		return err
+	}
+	for i := range b.runs {
+		if err := timed(&pause, func() error { _, err := w.PauseSandbox(b.ctx, id); return err }); err != nil {
+			return nil, err
+		}
+		if err := timed(&wakeP, func() error { _, err := w.WakeSandbox(b.ctx, id); return err }); err != nil {
+			return nil, err
+		}
+		var st worker.SandboxStatus
+		if err := timed(&susp, func() error { st, err = w.SuspendSandbox(b.ctx, id); return err }); err != nil {
+			return nil, err
+		}
+		snapMB.Samples = append(snapMB.Samples, float64(st.SnapshotBytes)/1e6)
+		if err := timed(&wakeS, func() error {
+			if _, err := w.WakeSandbox(b.ctx, id); err != nil {
+				return err
+			}
+			return runTrue(b.ctx, c, fmt.Sprintf("w%d", i))
+		}); err != nil {
+			return nil, err
+		}
+		ck, err := w.Checkpoint(b.ctx, id, fmt.Sprintf("ckpt_%s_%d", id, i))
+		if err != nil {
+			return nil, err
+		}
+		ckpt.AddDuration(ck.Paused)
+		if err := w.DeleteCheckpoint(b.ctx, ck.ID); err != nil {
+			return nil, err
+		}
+	}
+	return []stats.Series{pause, wakeP, susp, wakeS, snapMB, ckpt}, nil
+}
+
+func (b *bench) runsc() (stats.Series, bool) {
+	s := stats.Series{Name: "peer: runsc --network=none do true", Unit: "ms"}
+	path, err := exec.LookPath("runsc")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/snapshots: runsc not installed (Debian package runsc); peer skipped")
+		return s, false
+	}
+	for range b.runs {
+		t0 := time.Now()
+		if out, err := exec.Command(path, "--network=none", "do", "true").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench/snapshots: runsc failed: %v: %s\n", err, out)
+			return s, false
+		}
+		s.AddDuration(time.Since(t0))
+	}
+	return s, true
+}
+
+func runTrue(ctx context.Context, c *agentclient.Client, id string) error {
+	return wait(ctx, c, id, agentproto.ProcessSpec{Argv: []string{"true"}})
+}
+
+func runShell(ctx context.Context, c *agentclient.Client, id, script string) error {
+	return wait(ctx, c, id, agentproto.ProcessSpec{Shell: script})
+}
+
+// wait starts spec and waits on its event stream for the exit.
+func wait(ctx context.Context, c *agentclient.Client, id string, spec agentproto.ProcessSpec) error {
+	spec.ID = id
+	if _, err := c.Start(ctx, spec); err != nil {
+		return err
+	}
+	s, err := c.Events(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			return fmt.Errorf("%s: no exit: %w", id, err)
+		}
+		if ev.Type == agentproto.EventExit {
+			if ev.Exit.ExitCode == nil || *ev.Exit.ExitCode != 0 {
+				return fmt.Errorf("%s exited %+v", id, ev.Exit)
+			}
+			return nil
+		}
+	}
+}
