@@ -151,8 +151,20 @@ func (a *Agent) addEntropy(seed []byte) error {
 	binary.NativeEndian.PutUint32(buf[0:], uint32(len(seed)*8))
 	binary.NativeEndian.PutUint32(buf[4:], uint32(len(seed)))
 	copy(buf[8:], seed)
-	return ioctlPtr(int(f.Fd()), unix.RNDADDENTROPY, buf)
+	if err := ioctlPtr(int(f.Fd()), unix.RNDADDENTROPY, buf); err != nil {
+		return err
+	}
+	// Credited entropy does not reseed a CRNG that is already initialised
+	// until its next scheduled reseed; force it, so clones restored from one
+	// snapshot diverge at once.
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndReseedCRNG, 0); errno != 0 {
+		return errno
+	}
+	return nil
 }
+
+// rndReseedCRNG is Linux's RNDRESEEDCRNG, _IO('R', 0x07).
+const rndReseedCRNG = 0x5207
 
 // Linux FIFREEZE/FITHAW: _IOWR('X', 119/120, int).
 const (
