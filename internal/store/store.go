@@ -1,6 +1,6 @@
 // Package store is the control plane's persistence contract: the model types
 // (tenants, API keys, sandboxes, operations, command sessions, idempotency
-// records, templates) and the Store interface every backend implements
+// records, templates, sealed secrets) and the Store interface every backend implements
 // (store/sqlite for a single node; PostgreSQL for a cluster). The conformance
 // suite in store/storetest pins the behaviour down.
 //
@@ -107,6 +107,16 @@ type Store interface {
 	GetTemplateByName(ctx context.Context, name, digest string) (*Template, error)
 	ListTemplates(ctx context.Context) ([]*Template, error)
 	DeleteTemplate(ctx context.Context, id string) error
+
+	// Secrets, scoped by tenant and unique by (TenantID, Name). PutSecret
+	// inserts or replaces the sealed value (keeping CreatedAt on replace,
+	// setting UpdatedAt) and reports whether it inserted. ListSecrets is by
+	// name and leaves Sealed empty. DeleteSecret of an unknown name is
+	// ErrNotFound.
+	PutSecret(ctx context.Context, s *Secret) (created bool, err error)
+	GetSecret(ctx context.Context, tenantID, name string) (*Secret, error)
+	ListSecrets(ctx context.Context, tenantID string) ([]*Secret, error)
+	DeleteSecret(ctx context.Context, tenantID, name string) error
 }
 
 // Page is one page of a listing. NextPageToken is empty on the last page.

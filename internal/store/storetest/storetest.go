@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 		{"Idempotency", testIdempotency},
 		{"IdempotencyConcurrent", testIdempotencyConcurrent},
 		{"Templates", testTemplates},
+		{"Secrets", testSecrets},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
