@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sort"
 	"sync"
 )
@@ -25,7 +26,7 @@ type Disk struct {
 	ReadOnly bool
 }
 
-// BootSpec is everything a driver needs to start a VM. Network comes later.
+// BootSpec is everything a driver needs to start a VM.
 type BootSpec struct {
 	// ID names the VM; unique on the host. Drivers use it to find VMs again
 	// after a restart of the worker.
@@ -45,6 +46,21 @@ type BootSpec struct {
 	// MemoryFile, when set, backs guest RAM with this file (shared mapping), so
 	// snapshots need not copy memory. Drivers without the ability ignore it.
 	MemoryFile string
+
+	// Network, when set, gives the VM one NIC (virtio-net) on a tap device.
+	// It is part of the device set: a restore needs it when the snapshot's
+	// VM had it.
+	Network *Network `json:",omitempty"`
+}
+
+// Network is the VM's NIC.
+type Network struct {
+	// Tap opens the host end: a file attached to the tap device
+	// (IFF_TAP|IFF_NO_PI). The driver calls it once per VMM it starts and
+	// closes the file once the VMM holds its own copy.
+	Tap func() (*os.File, error) `json:"-"`
+	// MAC is the guest NIC's address ("02:53:50:00:00:02").
+	MAC string
 }
 
 // Validate checks the fields every driver needs.

@@ -134,6 +134,11 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	removeOwned(spec.StateDir)
 
 	args := d.args(spec, accel, incoming)
+	nics, err := netFiles(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFiles(nics) // QEMU has its own copies once started
 	logf, err := os.OpenFile(filepath.Join(spec.StateDir, fileVMMLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w: %v", errdefs.ErrInternal, err)
@@ -142,6 +147,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	cmd.Dir = spec.StateDir
 	cmd.Stdout = logf
 	cmd.Stderr = logf
+	cmd.ExtraFiles = nics
 	// Own process group so Stop can kill everything QEMU spawned; no
 	// Pdeathsig: VMs outlive a crashed worker and get adopted.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -242,6 +248,7 @@ func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool) []string {
 		"-device", "virtserialport,chardev=agent,name="+agentproto.PortName,
 		"-device", "virtio-rng-device",
 	)
+	a = append(a, netArgs(spec)...)
 	if incoming {
 		// -S keeps the restored VM paused until the caller resumes it.
 		a = append(a, "-S", "-incoming", "defer")
