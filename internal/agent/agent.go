@@ -111,6 +111,11 @@ func (a *Agent) Configure(c agentproto.Configure) error {
 				return errdefs.New(errdefs.ErrInvalidArgument, "cannot set hostname %q", c.Hostname).WithCause(err)
 			}
 		}
+		if c.Network != nil {
+			if err := a.configureNetwork(*c.Network); err != nil {
+				return err
+			}
+		}
 		if !c.Now.IsZero() {
 			tv := unix.NsecToTimeval(c.Now.UnixNano())
 			if err := unix.Settimeofday(&tv); err != nil {

@@ -125,6 +125,19 @@ type Configure struct {
 	Entropy []byte `json:"entropy"`
 	// Now sets the guest wall clock.
 	Now time.Time `json:"now"`
+	// Network, when set, is the configuration of the guest's NIC; agents
+	// that predate it ignore the field.
+	Network *GuestNetwork `json:"network,omitempty"`
+}
+
+// GuestNetwork is what the agent sets up on the guest's NIC: lo and the NIC
+// up, one address, a default route and the DNS server in /etc/resolv.conf.
+// Applying it again (after a restore) is harmless.
+type GuestNetwork struct {
+	MAC     string   `json:"mac"`     // the NIC to configure, found by its address
+	Address string   `json:"address"` // CIDR, e.g. "172.31.0.2/30"
+	Gateway string   `json:"gateway"` // default route, e.g. "172.31.0.1"
+	DNS     []string `json:"dns,omitempty"`
 }
 
 // PTY asks for a pseudo-terminal of the given size.
