@@ -75,7 +75,7 @@ func BenchmarkBuild(b *testing.B) {
 			}
 			b.Run(label, func(b *testing.B) {
 				req := bc.req(b)
-				bld, err := NewBuilder(BuilderConfig{TemplatesDir: b.TempDir(), AgentBinary: agent, CacheDir: cache})
+				bld, err := NewBuilder(BuilderConfig{TemplatesDir: b.TempDir(), AgentBinary: agent, CacheDir: cache, AllowScripts: true})
 				if err != nil {
 					b.Fatal(err)
 				}

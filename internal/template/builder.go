@@ -45,6 +45,10 @@ type BuilderConfig struct {
 	// SourceRoots, when set, are the only host directories path sources may
 	// come from; other paths fail with permission_denied.
 	SourceRoots []string
+	// AllowScripts permits a debian source's setup script. The script runs
+	// as root in a chroot on the build host, which is no isolation from a
+	// hostile author: allow it only for trusted recipes (operators, admins).
+	AllowScripts bool
 	// DebianMirror replaces mmdebstrap's default (deb.debian.org, plus
 	// updates and security for stable suites).
 	DebianMirror string

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -54,6 +56,9 @@ func (b *Builder) resolveDebian(_ context.Context, src Source, bs *buildState) (
 	sort.Strings(pkgs)
 	if len(src.Script) > maxScript {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "the setup script is larger than %d KiB", maxScript>>10)
+	}
+	if src.Script != "" && !b.cfg.AllowScripts {
+		return nil, errdefs.New(errdefs.ErrPermissionDenied, "setup scripts are not allowed on this server")
 	}
 	mmdebstrap, err := exec.LookPath("mmdebstrap")
 	if err != nil {
@@ -96,10 +101,19 @@ func (b *Builder) resolveDebian(_ context.Context, src Source, bs *buildState) (
 		}
 		bs.progress("debootstrap", 5)
 		out := &mmdebstrapLog{w: bs.log, progress: bs.progress, redact: []string{root, bs.tmp, b.cfg.CacheDir}}
-		cmd := exec.CommandContext(ctx, mmdebstrap, args...)
+		// A private mount namespace: the /proc, /sys and /dev mounts
+		// mmdebstrap makes in the chroot vanish with it, even if it is
+		// killed, so removing a failed build never reaches host devices.
+		unshare, err := exec.LookPath("unshare")
+		if err != nil {
+			return errdefs.New(errdefs.ErrFailedPrecondition, "debian templates need unshare (package util-linux)")
+		}
+		cmd := exec.CommandContext(ctx, unshare, append([]string{"--mount", "--propagation", "private", "--", mmdebstrap}, args...)...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // mmdebstrap cleans up on TERM
+		cmd.WaitDelay = 30 * time.Second
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C.UTF-8")
-		err := cmd.Run()
+		err = cmd.Run()
 		out.flush()
 		if ctx.Err() != nil {
 			return fmt.Errorf("template: debian build: %w", errdefs.ErrCancelled)

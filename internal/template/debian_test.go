@@ -20,7 +20,7 @@ func TestBuildDebian(t *testing.T) {
 	needBuildHost(t)
 	needMmdebstrap(t)
 	ctx := context.Background()
-	b, templates := newTestBuilder(t, nil)
+	b, templates := newTestBuilder(t, func(c *BuilderConfig) { c.AllowScripts = true })
 	// The essential set plus one small package keeps CI time down; the
 	// script proves it runs inside the image.
 	req := BuildRequest{Name: "deb", Source: Source{Type: SourceDebian, Suite: "bookworm", Variant: "essential",

@@ -49,6 +49,7 @@ func TestBuildBadSources(t *testing.T) {
 		{"rootfs: outside roots", BuildRequest{Name: "x", Source: Source{Type: SourceRootfs, Path: outside}}, errdefs.ErrPermissionDenied, "outside the directories"},
 		{"debian: bad suite", BuildRequest{Name: "x", Source: Source{Type: SourceDebian, Suite: "Book worm"}}, errdefs.ErrInvalidArgument, "suite"},
 		{"debian: bad package", BuildRequest{Name: "x", Source: Source{Type: SourceDebian, Suite: "bookworm", Packages: []string{"--allow-unauthenticated"}}}, errdefs.ErrInvalidArgument, "package name"},
+		{"debian: script not allowed", BuildRequest{Name: "x", Source: Source{Type: SourceDebian, Suite: "bookworm", Script: "true"}}, errdefs.ErrPermissionDenied, "not allowed"},
 		{"debian: bad variant", BuildRequest{Name: "x", Source: Source{Type: SourceDebian, Suite: "bookworm", Variant: "huge"}}, errdefs.ErrInvalidArgument, "variant"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
