@@ -332,3 +332,9 @@ func ReapOrphans(ctx context.Context, keep func(name string) bool) ([]string, er
 	}
 	return removed, errors.Join(errs...)
 }
+
+// Owns reports whether name is a pool namespace of this manager (so a
+// ReapOrphans run after New can keep them).
+func (m *Manager) Owns(name string) bool {
+	return strings.HasPrefix(name, fmt.Sprintf("%s%d-", poolPrefix, os.Getpid()))
+}

@@ -10,9 +10,11 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/egress"
 )
 
 // SandboxSpec is what a worker needs to start one sandbox.
@@ -32,6 +34,13 @@ type SandboxSpec struct {
 	// DiskMiB are then taken from the checkpoint and the fields here are
 	// ignored; ID, Env and Hostname are the new sandbox's own.
 	FromCheckpoint string `json:",omitempty"`
+	// Network is the sandbox's egress policy: API.md's network object, as
+	// egress.ParsePolicy reads it. Empty denies all egress.
+	Network json.RawMessage `json:",omitempty"`
+	// SecretScope is whose secrets the policy's ${secret:NAME} references
+	// resolve against (the tenant id); the worker resolves them at request
+	// time, never before.
+	SecretScope string `json:",omitempty"`
 }
 
 // VM states a worker reports.
@@ -101,6 +110,15 @@ type Worker interface {
 	// Agent returns the client of the sandbox's guest agent. It stays valid
 	// across link drops; it fails once the sandbox is gone.
 	Agent(ctx context.Context, id string) (*agentclient.Client, error)
+	// SetNetworkPolicy replaces a sandbox's egress policy at once: new
+	// connections, requests and DNS queries see it, open connections it no
+	// longer allows are closed, and it is kept across restarts of the
+	// worker. ErrInvalidArgument for a bad policy, ErrNotFound for an
+	// unknown sandbox.
+	SetNetworkPolicy(ctx context.Context, id string, policy json.RawMessage) error
+	// NetworkLog returns the sandbox's egress audit records (every allowed
+	// and denied connection, request and query), oldest first.
+	NetworkLog(ctx context.Context, id string) ([]egress.Record, error)
 	// Exits delivers one Exit for each VM that stopped on its own.
 	Exits() <-chan Exit
 	// Close releases the worker's own resources; sandboxes keep running and

@@ -5,6 +5,7 @@ package apitest
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
@@ -40,6 +42,10 @@ type Worker struct {
 type VM struct {
 	ID     string
 	Root   string
+	// Spec is what CreateSandbox got; Spec.Network follows SetNetworkPolicy.
+	Spec worker.SandboxSpec
+	// NetLog is what NetworkLog returns.
+	NetLog []egress.Record
 	client *agentclient.Client
 	cancel context.CancelFunc
 }
@@ -84,7 +90,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	}, nil)
-	vm := &VM{ID: spec.ID, Root: root, client: c, cancel: func() {
+	vm := &VM{ID: spec.ID, Root: root, Spec: spec, client: c, cancel: func() {
 		c.Close()
 		cancel()
 		os.RemoveAll(dir)
@@ -137,8 +143,37 @@ func (w *Worker) Agent(ctx context.Context, id string) (*agentclient.Client, err
 	return vm.client, nil
 }
 
+// SetNetworkPolicy validates the policy as the real worker does and keeps it
+// in the VM's Spec.
+func (w *Worker) SetNetworkPolicy(ctx context.Context, id string, policy json.RawMessage) error {
+	if _, err := egress.ParsePolicy(policy); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	vm, ok := w.vms[id]
+	if !ok {
+		return errdefs.New(errdefs.ErrNotFound, "sandbox %s is not on this worker", id)
+	}
+	vm.Spec.Network = append(json.RawMessage(nil), policy...)
+	return nil
+}
+
+// NetworkLog returns the VM's NetLog.
+func (w *Worker) NetworkLog(ctx context.Context, id string) ([]egress.Record, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	vm, ok := w.vms[id]
+	if !ok {
+		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %s is not on this worker", id)
+	}
+	return append([]egress.Record{}, vm.NetLog...), nil
+}
+
 func (w *Worker) Exits() <-chan worker.Exit { return w.exits }
 func (w *Worker) Close() error              { return nil }
+
+var _ worker.Worker = (*Worker)(nil)
 
 // Exit reports that sandbox id's VM stopped on its own.
 func (w *Worker) Exit(id string, err error) { w.exits <- worker.Exit{SandboxID: id, Err: err} }

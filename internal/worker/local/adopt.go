@@ -43,6 +43,11 @@ func (w *Worker) adoptAll(ctx context.Context) error {
 		if err := w.adopt(ctx, sb); err != nil {
 			return err
 		}
+		// The listeners died with the old process; the namespace (and the
+		// VM's tap in it) did not. Re-open and re-attach under the kept policy.
+		if err := w.netUp(ctx, sb, true); err != nil {
+			w.log.Warn("sandbox network not restored", "sandbox", spec.ID, "err", err)
+		}
 		w.mu.Lock()
 		w.sandboxes[sb.spec.ID] = sb
 		w.mu.Unlock()

@@ -31,7 +31,9 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
@@ -58,6 +60,13 @@ type Config struct {
 	// ObserveBoot, if set, receives every successful create's duration.
 	ObserveBoot func(time.Duration)
 	Logger      *slog.Logger
+	// Network and Egress, when both set, give every sandbox its own network
+	// namespace, a NIC and the egress path of its policy (network.go);
+	// without them sandboxes have no NIC and policies are refused.
+	Network *network.Manager
+	Egress  *egress.Service
+	// Secrets resolves ${secret:NAME} references of policies at request time.
+	Secrets SecretLookup
 }
 
 // Worker is the single-host worker.Worker.
@@ -108,6 +117,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := w.adoptAll(ctx); err != nil {
 		return nil, err
 	}
+	w.reapNamespaces(ctx)
 	return w, nil
 }
 

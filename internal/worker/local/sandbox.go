@@ -17,6 +17,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
@@ -54,6 +55,7 @@ type sandbox struct {
 	restored  bool
 	bootedAt  time.Time
 	deleting  bool
+	netns     *network.Sandbox // its network namespace (network.go); nil without networking
 }
 
 func newSandbox(spec worker.SandboxSpec, dir string, log *slog.Logger) *sandbox {
@@ -164,6 +166,7 @@ func (w *Worker) bootSpec(sb *sandbox, vcpus, memMiB int) vmm.BootSpec {
 		VCPUs:      vcpus,
 		MemoryMiB:  memMiB,
 		MemoryFile: sb.path(memFile),
+		Network:    w.nic(sb),
 	}
 }
 
@@ -184,6 +187,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 		spec.Template, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB =
 			m.Spec.Template, m.Spec.VCPUs, m.Spec.MemoryMiB, m.Spec.DiskMiB
 	}
+	spec = w.withNetwork(spec)
 	sb := newSandbox(spec, w.dir(spec.ID), w.log)
 	w.mu.Lock()
 	if _, dup := w.sandboxes[spec.ID]; dup {
@@ -205,6 +209,9 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox dir: %w", err)
 	}
 	if err := writeJSON(sb.path(specFile), spec); err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	if err := w.netUp(ctx, sb, false); err != nil {
 		return worker.SandboxStatus{}, err
 	}
 	how := "cold boot"
@@ -308,6 +315,7 @@ func configure(ctx context.Context, c *agentclient.Client, spec worker.SandboxSp
 	host := hostname(spec)
 	return c.Configure(ctx, agentproto.Configure{
 		SandboxID: spec.ID, Hostname: host, Env: spec.Env, Entropy: seed, Now: time.Now().UTC(),
+		Network: guestNetwork(spec),
 	})
 }
 
@@ -368,6 +376,9 @@ func (w *Worker) teardown(ctx context.Context, sb *sandbox) error {
 		if err := vm.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop vm: %w", err))
 		}
+	}
+	if err := w.netDown(ctx, sb); err != nil {
+		errs = append(errs, err)
 	}
 	if err := removeAll(sb.dir); err != nil {
 		errs = append(errs, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
@@ -54,6 +55,9 @@ func (r *readySnapshots) lock(key string) func() {
 func (w *Worker) templateKey(tpl template.Metadata, vcpus, memMiB int, diskBytes int64) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "v1\n%s\n%d\n%d\n%d\n%s\n", tpl.Digest, vcpus, memMiB, diskBytes, w.cfg.Driver.Name())
+	if w.networking() { // the NIC is part of the snapshot's device set
+		fmt.Fprintf(h, "nic %s\n", network.GuestMAC)
+	}
 	for _, p := range []string{w.cfg.Kernel, w.cfg.Initrd} {
 		if fi, err := os.Stat(p); err == nil {
 			fmt.Fprintf(h, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
@@ -176,10 +180,15 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 	if err := createMemFile(mem, spec.MemoryMiB); err != nil {
 		return m, err
 	}
+	nic, releaseNIC, err := w.templateNet(ctx, "tpl-"+hex.EncodeToString(suffix))
+	if err != nil {
+		return m, err
+	}
+	defer releaseNIC()
 	vm, err := w.cfg.Driver.Start(ctx, vmm.BootSpec{
 		ID: "tpl-" + filepath.Base(dir)[:12], StateDir: vmState,
 		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: disk}},
-		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MemoryFile: mem,
+		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MemoryFile: mem, Network: nic,
 	})
 	if err != nil {
 		return m, fmt.Errorf("start template vm: %w", err)

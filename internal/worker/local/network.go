@@ -1,0 +1,221 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// SecretLookup resolves a secret for the egress proxy at request time; scope
+// is the sandbox's SandboxSpec.SecretScope.
+type SecretLookup func(ctx context.Context, scope, name string) (string, error)
+
+// denyAll is the policy of a sandbox created without one.
+var denyAll = json.RawMessage(`{"egress":{"default":"deny"}}`)
+
+// networking reports whether this worker gives sandboxes a network.
+func (w *Worker) networking() bool { return w.cfg.Network != nil && w.cfg.Egress != nil }
+
+// withNetwork fills in the deny-all policy when the worker has networking
+// and spec has none, so every VM gets the same NIC (and snapshots agree).
+func (w *Worker) withNetwork(spec worker.SandboxSpec) worker.SandboxSpec {
+	if w.networking() && (len(spec.Network) == 0 || string(spec.Network) == "null") {
+		spec.Network = denyAll
+	}
+	return spec
+}
+
+func (w *Worker) secretFunc(scope string) egress.SecretFunc {
+	if w.cfg.Secrets == nil || scope == "" {
+		return nil
+	}
+	return func(ctx context.Context, name string) (string, error) { return w.cfg.Secrets(ctx, scope, name) }
+}
+
+// netUp gives sb its namespace (a fresh one, or with adopt the one it
+// already has), opens the egress listeners in it and attaches them under
+// the sandbox's policy. On error nothing is left.
+func (w *Worker) netUp(ctx context.Context, sb *sandbox, adopt bool) (err error) {
+	if !w.networking() {
+		if len(sb.spec.Network) > 0 && string(sb.spec.Network) != "null" {
+			return errdefs.New(errdefs.ErrFailedPrecondition, "network policies are not available on this worker")
+		}
+		return nil
+	}
+	id := sb.spec.ID
+	p, err := egress.ParsePolicy(sb.spec.Network)
+	if err != nil {
+		return err
+	}
+	var ns *network.Sandbox
+	if adopt {
+		ns, err = w.cfg.Network.Adopt(ctx, id)
+	}
+	if !adopt || errors.Is(err, errdefs.ErrNotFound) {
+		ns, err = w.cfg.Network.Acquire(ctx, id)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = w.cfg.Network.Release(context.WithoutCancel(ctx), ns)
+		}
+	}()
+	ls, err := ns.Listen(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.cfg.Egress.Attach(ctx, id, egress.Listeners{Proxy: ls.Proxy, DNSTCP: ls.DNSTCP, DNSUDP: ls.DNSUDP},
+		p, w.secretFunc(sb.spec.SecretScope)); err != nil {
+		_ = ls.Close()
+		return err
+	}
+	sb.mu.Lock()
+	sb.netns = ns
+	sb.mu.Unlock()
+	return nil
+}
+
+// netDown undoes netUp: egress detached (listeners closed), namespace
+// removed. Safe to call twice and for a sandbox without a network.
+func (w *Worker) netDown(ctx context.Context, sb *sandbox) error {
+	if !w.networking() {
+		return nil
+	}
+	sb.mu.Lock()
+	ns := sb.netns
+	sb.netns = nil
+	sb.mu.Unlock()
+	err := w.cfg.Egress.Detach(ctx, sb.spec.ID)
+	if ns == nil {
+		ns, _ = w.cfg.Network.Adopt(ctx, sb.spec.ID) // left by an earlier process
+	}
+	if ns != nil {
+		err = errors.Join(err, w.cfg.Network.Release(ctx, ns))
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox network teardown: %w", err)
+	}
+	return nil
+}
+
+// nic is the VM's NIC on the sandbox namespace's tap (nil without networking).
+func (w *Worker) nic(sb *sandbox) *vmm.Network {
+	if !w.networking() {
+		return nil
+	}
+	return &vmm.Network{MAC: network.GuestMAC.String(), Tap: func() (*os.File, error) {
+		sb.mu.Lock()
+		ns := sb.netns
+		sb.mu.Unlock()
+		if ns == nil {
+			return nil, fmt.Errorf("sandbox %s has no network namespace: %w", sb.spec.ID, errdefs.ErrInternal)
+		}
+		return ns.OpenTap(network.TapOptions{})
+	}}
+}
+
+// templateNet gives a template's snapshot VM the same NIC sandboxes have,
+// on a namespace of its own (no listeners: nothing answers it); release
+// removes that namespace.
+func (w *Worker) templateNet(ctx context.Context, name string) (*vmm.Network, func(), error) {
+	if !w.networking() {
+		return nil, func() {}, nil
+	}
+	ns, err := w.cfg.Network.Acquire(ctx, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("template vm network: %w", err)
+	}
+	release := func() {
+		if err := w.cfg.Network.Release(context.WithoutCancel(ctx), ns); err != nil {
+			w.log.Warn("release template vm network", "err", err)
+		}
+	}
+	return &vmm.Network{MAC: network.GuestMAC.String(), Tap: func() (*os.File, error) {
+		return ns.OpenTap(network.TapOptions{})
+	}}, release, nil
+}
+
+// guestNetwork is the guest NIC configuration the agent gets in Configure.
+func guestNetwork(spec worker.SandboxSpec) *agentproto.GuestNetwork {
+	if len(spec.Network) == 0 || string(spec.Network) == "null" {
+		return nil
+	}
+	return &agentproto.GuestNetwork{
+		MAC:     network.GuestMAC.String(),
+		Address: fmt.Sprintf("%s/%d", network.GuestAddr, network.GuestPrefix.Bits()),
+		Gateway: network.GatewayAddr.String(),
+		DNS:     []string{network.GatewayAddr.String()},
+	}
+}
+
+// SetNetworkPolicy replaces a sandbox's policy at once and keeps it in the
+// sandbox's spec file for adoption.
+func (w *Worker) SetNetworkPolicy(ctx context.Context, id string, policy json.RawMessage) error {
+	p, err := egress.ParsePolicy(policy)
+	if err != nil {
+		return err
+	}
+	sb, err := w.lookup(id)
+	if err != nil {
+		return err
+	}
+	if !w.networking() {
+		return errdefs.New(errdefs.ErrFailedPrecondition, "network policies are not available on this worker")
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	if err := w.cfg.Egress.SetPolicy(ctx, id, p); err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	sb.spec.Network = append(json.RawMessage(nil), policy...)
+	spec := sb.spec
+	sb.mu.Unlock()
+	if err := writeJSON(sb.path(specFile), spec); err != nil {
+		return fmt.Errorf("persist network policy: %w", errors.Join(errdefs.ErrInternal, err))
+	}
+	return nil
+}
+
+// NetworkLog returns the sandbox's egress audit records.
+func (w *Worker) NetworkLog(ctx context.Context, id string) ([]egress.Record, error) {
+	if _, err := w.lookup(id); err != nil {
+		return nil, err
+	}
+	if !w.networking() {
+		return []egress.Record{}, nil
+	}
+	return w.cfg.Egress.Log(id)
+}
+
+// reapNamespaces removes sandbox namespaces no sandbox of this worker owns
+// (left by sandboxes deleted while no worker ran, or by a crash).
+func (w *Worker) reapNamespaces(ctx context.Context) {
+	if !w.networking() {
+		return
+	}
+	w.mu.Lock()
+	keep := map[string]bool{}
+	for id := range w.sandboxes {
+		keep[network.NamePrefix+id] = true
+	}
+	w.mu.Unlock()
+	removed, err := network.ReapOrphans(ctx, func(name string) bool { return keep[name] || w.cfg.Network.Owns(name) })
+	if len(removed) > 0 {
+		w.log.Info("removed orphaned sandbox namespaces", "count", len(removed))
+	}
+	if err != nil {
+		w.log.Warn("reap sandbox namespaces", "err", err)
+	}
+}
