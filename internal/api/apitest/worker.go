@@ -40,8 +40,8 @@ type Worker struct {
 
 // VM is one fake sandbox.
 type VM struct {
-	ID     string
-	Root   string
+	ID   string
+	Root string
 	// Spec is what CreateSandbox got; Spec.Network follows SetNetworkPolicy.
 	Spec worker.SandboxSpec
 	// NetLog is what NetworkLog returns.
