@@ -284,11 +284,16 @@ func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m ma
 	if !ok {
 		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker's VMM cannot restore snapshots")
 	}
+	t0 := time.Now()
+	var tClone, tRestore, tResume time.Duration
 	defer func() {
 		if err != nil {
 			_ = os.Remove(sb.path(memFile))
 			_ = os.Remove(sb.path(diskFile))
+			return
 		}
+		w.log.Debug("restored", "sandbox", sb.spec.ID, "clone", tClone, "restore", tRestore,
+			"resume", tResume, "total", time.Since(t0))
 	}()
 	for _, f := range []string{memFile, diskFile} {
 		_ = os.Remove(sb.path(f))
@@ -299,10 +304,12 @@ func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m ma
 	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
 		return fmt.Errorf("vm dir: %w: %v", errdefs.ErrInternal, err)
 	}
+	tClone = time.Since(t0)
 	vm, err := r.Restore(ctx, w.bootSpec(sb, m.VCPUs, m.MemoryMiB), snap)
 	if err != nil {
 		return fmt.Errorf("restore vm: %w", err)
 	}
+	tRestore = time.Since(t0) - tClone
 	// The link to the old VM (if any) is dead; calls redial the new one.
 	sb.agent.Disconnect()
 	w.setVM(sb, vm, true)
@@ -313,6 +320,7 @@ func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m ma
 		w.abandonVM(ctx, sb, false)
 		return err
 	}
+	tResume = time.Since(t0) - tClone - tRestore
 	if thaw {
 		if err := sb.agent.Thaw(ctx); err != nil {
 			w.abandonVM(ctx, sb, false)
