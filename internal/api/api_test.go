@@ -153,7 +153,7 @@ func TestStrictJSON(t *testing.T) {
 		{"missing template", `{}`, "template"},
 		{"bad metadata key", `{"template":"base","metadata":{"bad key!":"x"}}`, "metadata.bad key!"},
 		{"too many vcpus", `{"template":"base","vcpus":99}`, "vcpus"},
-		{"network not supported", `{"template":"base","network":{"egress":{"default":"allow"}}}`, "network"},
+		{"bad network policy", `{"template":"base","network":{"egress":{"default":"maybe"}}}`, "network.egress.default"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

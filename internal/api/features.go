@@ -14,6 +14,8 @@ import (
 var knownFeatures = []apiv1.Feature{
 	{Name: "egress_https_inject", Stage: "incubating",
 		Description: "credential injection for HTTPS requests (needs the platform CA in the guest trust store)"},
+	{Name: featureNetworkLog, Stage: "incubating",
+		Description: "GET /v1/sandboxes/{id}/network/log: the egress audit records of a sandbox"},
 }
 
 // KnownFeatures returns the names of the feature gates the server knows.

@@ -40,7 +40,8 @@ var docs = map[string]doc{
 		status: "200", resp: "Operation", query: []param{{"wait", "string", `duration such as "30s" (or seconds)`}}},
 	"POST /v1/operations/{id}/cancel": {summary: "Cancel an operation (best effort; pending ones are cancelled for sure)", status: "200", resp: "Operation"},
 
-	"POST /v1/sandboxes": {summary: "Create a sandbox (asynchronous). network and from_checkpoint are not supported yet (400).",
+	"POST /v1/sandboxes": {summary: "Create a sandbox (asynchronous). network is the egress policy {egress:{default,allow,deny},inject:[{domain,header,value}]} " +
+		"(absent: deny all); from_checkpoint is not supported yet (400).",
 		body: "CreateSandboxRequest", status: "202", resp: "SandboxAndOperation"},
 	"GET /v1/sandboxes": {summary: "List sandboxes (deleted ones only when asked for by state)", status: "200", resp: "SandboxList",
 		query: append([]param{{"state", "string", "comma-separated states"}, {"metadata.KEY", "string", "only sandboxes whose metadata KEY has this value (repeat for several keys)"}}, pageParams...)},
@@ -50,6 +51,15 @@ var docs = map[string]doc{
 	"POST /v1/sandboxes/{id}/suspend": {summary: "Suspend a sandbox to a durable snapshot. Not supported yet: 412 (409 in a wrong state)", status: "202", resp: "OperationResponse"},
 	"POST /v1/sandboxes/{id}/wake":    {summary: "Wake a paused or suspended sandbox. Not supported yet: 412 (409 in a wrong state)", status: "202", resp: "OperationResponse"},
 	"POST /v1/sandboxes/{id}/keep":    {summary: "Set the time to live to timeout_seconds from now", body: "KeepRequest", status: "200", resp: "Sandbox"},
+	"PUT /v1/sandboxes/{id}/network": {summary: "Replace the egress policy of a running, paused or suspended sandbox; applies at once " +
+		"(open connections it no longer allows are closed)", body: "NetworkPolicy", status: "200", resp: "Sandbox"},
+	"GET /v1/sandboxes/{id}/network/log": {summary: "Egress audit records, oldest first (incubating: feature network_log)",
+		status: "200", resp: "NetworkLog"},
+
+	"PUT /v1/secrets/{name}": {summary: "Store a secret (201 new, 200 replaced); write-only: no route returns its value",
+		body: "PutSecretRequest", status: "201", resp: "Secret"},
+	"GET /v1/secrets":           {summary: "List secrets: names and timestamps only", status: "200", resp: "SecretList"},
+	"DELETE /v1/secrets/{name}": {summary: "Delete a secret", status: "204"},
 
 	"POST /v1/sandboxes/{id}/commands": {summary: "Create a command session; it starts on the first attach to its events (or the first stdin write)",
 		body: "CreateCommandRequest", status: "201", resp: "CommandResponse"},

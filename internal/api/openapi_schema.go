@@ -32,6 +32,8 @@ var schemaTypes = map[string]any{
 	"CreateTenantRequest": apiv1.CreateTenantRequest{}, "TenantResponse": apiv1.TenantResponse{},
 	"CreateKeyRequest": apiv1.CreateKeyRequest{}, "KeyResponse": apiv1.KeyResponse{},
 	"WorkerList": apiv1.WorkerList{}, "TemplateList": apiv1.TemplateList{},
+	"PutSecretRequest": apiv1.PutSecretRequest{}, "Secret": apiv1.Secret{}, "SecretList": apiv1.SecretList{},
+	"NetworkLog": apiv1.NetworkLog{}, "NetworkPolicy": json.RawMessage{},
 }
 
 // schemaOf returns the JSON Schema (2020-12, as OpenAPI 3.1 uses) of t.

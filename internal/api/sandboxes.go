@@ -79,9 +79,7 @@ func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
 	if req.IdleTimeoutSeconds < 0 || req.IdleTimeoutSeconds > maxTimeoutSeconds {
 		f["idle_timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxTimeoutSeconds)
 	}
-	if len(req.Network) > 0 && string(req.Network) != "null" {
-		f["network"] = "network policies are not supported by this server yet (egress is denied)"
-	}
+	req.Network = policyFields(req.Network, f)
 	if req.FromCheckpoint != "" {
 		f["from_checkpoint"] = "checkpoints are not supported by this server yet"
 	}
@@ -130,7 +128,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		ID: store.NewID(store.PrefixSandbox), TenantID: principal(ctx).TenantID,
 		Template: name, TemplateDigest: digest, State: store.SandboxCreating,
 		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, DiskMiB: req.DiskMiB,
-		Env: req.Env, Metadata: req.Metadata, Worker: s.cfg.WorkerID,
+		Env: req.Env, Metadata: req.Metadata, Worker: s.cfg.WorkerID, Network: req.Network,
 		TimeoutSeconds: req.TimeoutSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 	}

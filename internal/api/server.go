@@ -21,6 +21,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -92,6 +93,8 @@ type Deps struct {
 	// Metrics may be nil (NewMetrics is then called). Pass the same value to
 	// the worker (BootDuration) and the engine (Registry).
 	Metrics *Metrics
+	// Secrets stores tenants' secrets; nil answers the secrets routes 503.
+	Secrets *secrets.Service
 }
 
 // Server serves the API. It is an http.Handler.
@@ -102,6 +105,7 @@ type Server struct {
 	ops      *operation.Engine
 	auth     *auth.Authenticator
 	worker   worker.Worker
+	secrets  *secrets.Service
 	logger   *slog.Logger
 	metrics  *Metrics
 	handler  http.Handler
@@ -139,7 +143,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, features: features,
-		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker,
+		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker, secrets: deps.Secrets,
 		logger: deps.Logger, metrics: deps.Metrics,
 		cmdLocks:  map[string]*sync.Mutex{},
 		idemLocks: map[string]*keyLock{},
@@ -202,6 +206,12 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/sandboxes/{id}/suspend", auth: authTenant, h: s.suspendSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/wake", auth: authTenant, h: s.wakeSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/keep", auth: authTenant, h: s.keepSandbox},
+		{pattern: "PUT /v1/sandboxes/{id}/network", auth: authTenant, h: s.putNetwork},
+		{pattern: "GET /v1/sandboxes/{id}/network/log", auth: authTenant, h: s.networkLog},
+
+		{pattern: "PUT /v1/secrets/{name}", auth: authTenant, h: s.putSecret},
+		{pattern: "GET /v1/secrets", auth: authTenant, h: s.listSecrets},
+		{pattern: "DELETE /v1/secrets/{name}", auth: authTenant, h: s.deleteSecret},
 
 		{pattern: "POST /v1/sandboxes/{id}/commands", auth: authTenant, h: s.createCommand},
 		{pattern: "GET /v1/sandboxes/{id}/commands", auth: authTenant, h: s.listCommands},

@@ -1,0 +1,140 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// featureNetworkLog gates GET /v1/sandboxes/{id}/network/log.
+const featureNetworkLog = "network_log"
+
+// policyFields validates a network object into fields (field path ->
+// problem) and returns it compacted; an absent or null object is nil (deny
+// all egress).
+func policyFields(raw json.RawMessage, fields map[string]string) json.RawMessage {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil
+	}
+	if _, err := egress.ParsePolicy(raw); err != nil {
+		mergeFields(err, "network", fields)
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		fields["network"] = "must be a JSON object"
+		return nil
+	}
+	return buf.Bytes()
+}
+
+// mergeFields copies the per-field details of a validation error into
+// fields, or its message under field when it has none.
+func mergeFields(err error, field string, fields map[string]string) {
+	var pub *errdefs.Public
+	if errors.As(err, &pub) && len(pub.Details) > 0 {
+		for k, v := range pub.Details {
+			fields[k] = fmt.Sprint(v)
+		}
+		return
+	}
+	if errors.As(err, &pub) {
+		fields[field] = pub.Message
+		return
+	}
+	fields[field] = "invalid"
+}
+
+// fieldsOf turns a validation error with per-field details into the API's
+// 400 shape (details.fields); other errors pass through.
+func fieldsOf(err error) error {
+	if errdefs.ClassOf(err) != errdefs.ErrInvalidArgument {
+		return err
+	}
+	f := map[string]string{}
+	mergeFields(err, "body", f)
+	return invalid(f)
+}
+
+// networkStates are the states in which a sandbox's policy can be replaced:
+// its egress path exists from creation until deletion.
+var networkStates = []store.SandboxState{store.SandboxRunning, store.SandboxPaused, store.SandboxSuspended}
+
+// putNetwork replaces a sandbox's policy; the worker applies it at once.
+func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) {
+	var raw json.RawMessage
+	if err := decodeJSON(r, &raw, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	f := map[string]string{}
+	policy := policyFields(raw, f)
+	if len(f) > 0 {
+		s.writeError(w, r, invalid(f))
+		return
+	}
+	if policy == nil {
+		policy = json.RawMessage(`{"egress":{"default":"deny"}}`)
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := requireState(sb, networkStates...); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	if err := s.worker.SetNetworkPolicy(ctx, sb.ID, policy); err != nil {
+		s.writeError(w, r, fieldsOf(err))
+		return
+	}
+	sb, err = s.store.TransitionSandbox(ctx, sb.TenantID, sb.ID, networkStates, "", func(sb *store.Sandbox) error {
+		sb.Network = policy
+		return nil
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("sandbox network policy replaced", "sandbox", sb.ID)
+	writeJSON(w, http.StatusOK, toSandbox(sb))
+}
+
+// networkLog returns the sandbox's egress audit records (incubating).
+func (s *Server) networkLog(w http.ResponseWriter, r *http.Request) {
+	if err := s.requireFeature(featureNetworkLog); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := requireState(sb, networkStates...); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	recs, err := s.worker.NetworkLog(r.Context(), sb.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.NetworkLog{Records: make([]apiv1.NetworkRecord, 0, len(recs))}
+	for _, rec := range recs {
+		out.Records = append(out.Records, apiv1.NetworkRecord{
+			Time: rec.Time.UTC(), Kind: rec.Kind, Destination: rec.Destination, Upstream: rec.Upstream,
+			Allowed: rec.Allowed, Rule: rec.Rule, BytesOut: rec.BytesOut, BytesIn: rec.BytesIn, Injected: rec.Injected,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
