@@ -93,12 +93,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		log.Info("admin API key", "path", keyPath)
 	}
 
+	nets, closeNet, err := startNetwork(ctx, cfg.DataDir, db, log)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, closeNet)
+
 	metrics := api.NewMetrics()
 	wk, err := local.New(ctx, local.Config{
 		Storage: st, Driver: driver, Kernel: kernel.Vmlinuz, Initrd: initrd.Path,
 		TemplatesDir: templatesDir, BootTimeout: cfg.BootTimeout,
 		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
 		Logger:      log,
+		Network:     nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
 	})
 	if err != nil {
 		return err
@@ -111,7 +118,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		ops.Close(cctx)
 	})
 	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota}, api.Deps{
-		Store: db, Ops: ops, Auth: authn, Worker: wk, Logger: log, Metrics: metrics,
+		Store: db, Ops: ops, Auth: authn, Worker: wk, Logger: log, Metrics: metrics, Secrets: nets.secrets,
 	})
 	if err != nil {
 		return err
