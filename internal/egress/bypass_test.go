@@ -65,6 +65,21 @@ func (e *env) lastRecord(kind string) Record {
 	return Record{}
 }
 
+// awaitRecord returns the newest record of kind once done says it is
+// complete: byte counts are filled in when the connection closes, which may
+// be just after the client has its answer.
+func (e *env) awaitRecord(kind string, done func(Record) bool) Record {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := e.lastRecord(kind)
+		if done(r) || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (e *env) expectBlocked(what string, body string, code int, err error) {
 	e.t.Helper()
 	if err == nil && code == http.StatusOK {
@@ -95,7 +110,7 @@ func TestAllowedDomainReachable(t *testing.T) {
 	if err != nil || code != 200 || !strings.HasPrefix(body, "server=A host=allowed.test") {
 		t.Fatalf("GET allowed.test: %d %q %v", code, body, err)
 	}
-	r := e.lastRecord("http")
+	r := e.awaitRecord("http", func(r Record) bool { return r.BytesIn > 0 && r.BytesOut > 0 })
 	if !r.Allowed || r.Rule != "allow allowed.test" || r.Upstream != e.addrA.String()+":80" || r.BytesIn == 0 || r.BytesOut == 0 {
 		t.Fatalf("audit record %+v", r)
 	}
