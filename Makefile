@@ -34,8 +34,11 @@ vet:
 	$(GO) vet ./...
 
 ## test: set up, build, vet and run every test (CI runs this)
+## (then the leak check: no VMM, mount, loop device or netns the tests made may remain)
 test: setup build vet
+	@bash scripts/leakcheck.sh --baseline .leak-baseline
 	$(GO) test -p $(TEST_P) -count=1 -timeout 25m $(TEST_FLAGS) ./...
+	@bash scripts/leakcheck.sh .leak-baseline
 
 ## bench: run the Go benchmarks (no tests)
 bench: setup build

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Leak check after the test suite: nothing the tests made may outlive them.
+# Tests keep everything under the temp dir ($TMPDIR or /tmp) and name network
+# namespaces space-*; a server started by `make run` (data in /var/lib/space)
+# is not looked at.
+#
+#   leakcheck.sh --baseline FILE   record what exists before the tests
+#   leakcheck.sh [FILE]            report what exists now and is not in FILE;
+#                                  exit 1 when anything is
+set -u
+baseline_out=""
+baseline_in=/dev/null
+case ${1:-} in
+  --baseline) baseline_out=$2 ;;
+  "") ;;
+  *) baseline_in=$1 ;;
+esac
+tmp=${TMPDIR:-/tmp}
+leaks=()
+
+for p in /proc/[0-9]*; do
+  cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+  case $cmd in
+    *qemu-system*"$tmp"/*) leaks+=("VMM process ${p#/proc/}: ${cmd:0:160}") ;;
+  esac
+done
+while read -r _ mnt _; do
+  case $mnt in "$tmp"/*) leaks+=("mount: $mnt") ;; esac
+done </proc/mounts
+for f in /sys/block/loop*/loop/backing_file; do
+  [ -r "$f" ] || continue
+  b=$(cat "$f")
+  case $b in "$tmp"/*) leaks+=("loop device $(basename "$(dirname "$(dirname "$f")")"): $b") ;; esac
+done
+if command -v ip >/dev/null; then
+  while read -r ns _; do
+    case $ns in space-*) leaks+=("network namespace: $ns") ;; esac
+  done < <(ip netns list 2>/dev/null)
+fi
+
+if [ -n "$baseline_out" ]; then
+  printf '%s\n' "${leaks[@]}" >"$baseline_out"
+  exit 0
+fi
+new=()
+for l in "${leaks[@]}"; do
+  grep -qxF -- "$l" "$baseline_in" || new+=("$l")
+done
+leaks=("${new[@]}")
+if [ ${#leaks[@]} -gt 0 ]; then
+  echo "leak check: FAILED — left behind by the tests:"
+  printf '  %s\n' "${leaks[@]}"
+  exit 1
+fi
+echo "leak check: nothing left behind (VMM processes, mounts, loop devices, network namespaces)"
