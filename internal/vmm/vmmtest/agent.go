@@ -138,6 +138,19 @@ func RunAgent(t *testing.T, h AgentHarness) {
 			t.Errorf("background child %d after timeout: %s", child, check.stdout)
 		}
 	})
+	t.Run("OOM", func(t *testing.T) {
+		// dd's buffer is larger than the guest's memory. With overcommit on,
+		// malloc succeeds and filling the buffer makes the kernel's OOM killer
+		// end dd; the agent tells that apart from a plain SIGKILL.
+		defer run(t, c, agentproto.ProcessSpec{Shell: "echo 0 > /proc/sys/vm/overcommit_memory"})
+		out := run(t, c, agentproto.ProcessSpec{Shell: "echo 1 > /proc/sys/vm/overcommit_memory; exec dd if=/dev/zero of=/dev/null bs=1024M count=1"})
+		if out.exit == nil || out.exit.Reason != agentproto.ReasonOOM || out.exit.Signal != "SIGKILL" {
+			t.Errorf("exit = %+v (stderr %q), want reason oom by SIGKILL", out.exit, out.stderr)
+		}
+		if alive := run(t, c, agentproto.ProcessSpec{Argv: []string{"true"}}); alive.exit == nil || alive.exit.Reason != agentproto.ReasonExited {
+			t.Errorf("agent after an OOM kill: %+v", alive.exit)
+		}
+	})
 	t.Run("Files", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
