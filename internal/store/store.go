@@ -1,6 +1,6 @@
 // Package store is the control plane's persistence contract: the model types
 // (tenants, API keys, sandboxes, operations, command sessions, idempotency
-// records, templates, sealed secrets) and the Store interface every backend implements
+// records, templates, sealed secrets, checkpoints) and the Store interface every backend implements
 // (store/sqlite for a single node; PostgreSQL for a cluster). The conformance
 // suite in store/storetest pins the behaviour down.
 //
@@ -117,6 +117,16 @@ type Store interface {
 	GetSecret(ctx context.Context, tenantID, name string) (*Secret, error)
 	ListSecrets(ctx context.Context, tenantID string) ([]*Secret, error)
 	DeleteSecret(ctx context.Context, tenantID, name string) error
+
+	// Checkpoints, scoped by tenant. CreateCheckpoint fills ID and
+	// CreatedAt when empty. UpdateCheckpoint works like TransitionSandbox
+	// with the state set by mutate (from nil: any state). DeleteCheckpoint
+	// of an unknown id is ErrNotFound.
+	CreateCheckpoint(ctx context.Context, c *Checkpoint) error
+	GetCheckpoint(ctx context.Context, tenantID, id string) (*Checkpoint, error)
+	ListCheckpoints(ctx context.Context, f CheckpointFilter) (Page[*Checkpoint], error)
+	UpdateCheckpoint(ctx context.Context, id string, from []CheckpointState, mutate func(*Checkpoint) error) (*Checkpoint, error)
+	DeleteCheckpoint(ctx context.Context, tenantID, id string) error
 }
 
 // Page is one page of a listing. NextPageToken is empty on the last page.

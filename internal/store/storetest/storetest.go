@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		{"IdempotencyConcurrent", testIdempotencyConcurrent},
 		{"Templates", testTemplates},
 		{"Secrets", testSecrets},
+		{"Checkpoints", testCheckpoints},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

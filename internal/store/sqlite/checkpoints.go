@@ -1,0 +1,161 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const checkpointCols = `id, tenant_id, sandbox_id, name, parent, state, template, template_digest, vcpus, memory_mib,
+	disk_mib, worker, size_bytes, created_at`
+
+func scanCheckpoint(row interface{ Scan(...any) error }) (*store.Checkpoint, error) {
+	var c store.Checkpoint
+	var created int64
+	if err := row.Scan(&c.ID, &c.TenantID, &c.SandboxID, &c.Name, &c.Parent, &c.State, &c.Template, &c.TemplateDigest,
+		&c.VCPUs, &c.MemoryMiB, &c.DiskMiB, &c.Worker, &c.SizeBytes, &created); err != nil {
+		return nil, err
+	}
+	c.CreatedAt = fromNanos(created)
+	return &c, nil
+}
+
+func checkpointArgs(c *store.Checkpoint) []any {
+	return []any{c.ID, c.TenantID, c.SandboxID, c.Name, c.Parent, string(c.State), c.Template, c.TemplateDigest,
+		c.VCPUs, c.MemoryMiB, c.DiskMiB, c.Worker, c.SizeBytes, nanos(c.CreatedAt)}
+}
+
+// CreateCheckpoint inserts c, filling ID and CreatedAt when empty.
+func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
+	c = c.bind(ctx)
+	if ck.TenantID == "" || ck.SandboxID == "" || ck.State == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a checkpoint needs a tenant, a sandbox and a state")
+	}
+	if ck.ID == "" {
+		ck.ID = store.NewID(store.PrefixCheckpoint)
+	}
+	if ck.CreatedAt.IsZero() {
+		ck.CreatedAt = now()
+	}
+	ck.CreatedAt = norm(ck.CreatedAt)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO checkpoints (`+checkpointCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, checkpointArgs(ck)...)
+	if err != nil {
+		return dbErr("create checkpoint", err)
+	}
+	return nil
+}
+
+func (c *conn) GetCheckpoint(ctx context.Context, tenantID, id string) (*store.Checkpoint, error) {
+	c = c.bind(ctx)
+	ck, err := scanCheckpoint(c.rd.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints
+		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("checkpoint", id)
+	}
+	if err != nil {
+		return nil, dbErr("get checkpoint", err)
+	}
+	return ck, nil
+}
+
+func (c *conn) ListCheckpoints(ctx context.Context, f store.CheckpointFilter) (store.Page[*store.Checkpoint], error) {
+	c = c.bind(ctx)
+	var page store.Page[*store.Checkpoint]
+	cur, err := decodeCursor(f.PageToken)
+	if err != nil {
+		return page, err
+	}
+	var where []string
+	var args []any
+	if f.TenantID != "" {
+		where, args = append(where, "tenant_id = ?"), append(args, f.TenantID)
+	}
+	if f.SandboxID != "" {
+		where, args = append(where, "sandbox_id = ?"), append(args, f.SandboxID)
+	}
+	if cur != nil {
+		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
+		args = append(args, cur.at, cur.at, cur.id)
+	}
+	q := `SELECT ` + checkpointCols + ` FROM checkpoints`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	n := pageSize(f.PageSize)
+	q += " ORDER BY created_at, id LIMIT ?"
+	args = append(args, n+1)
+	rows, err := c.rd.QueryContext(ctx, q, args...)
+	if err != nil {
+		return page, dbErr("list checkpoints", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		ck, err := scanCheckpoint(rows)
+		if err != nil {
+			return page, dbErr("list checkpoints", err)
+		}
+		page.Items = append(page.Items, ck)
+	}
+	if err := rows.Err(); err != nil {
+		return page, dbErr("list checkpoints", err)
+	}
+	if len(page.Items) > n {
+		page.Items = page.Items[:n]
+		last := page.Items[n-1]
+		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
+	}
+	return page, nil
+}
+
+// UpdateCheckpoint compares the state, applies mutate and writes, in one
+// transaction.
+func (c *conn) UpdateCheckpoint(ctx context.Context, id string, from []store.CheckpointState,
+	mutate func(*store.Checkpoint) error) (*store.Checkpoint, error) {
+	c = c.bind(ctx)
+	var out *store.Checkpoint
+	err := c.atomic(ctx, func(tc *conn) error {
+		ck, err := tc.GetCheckpoint(ctx, store.AnyTenant, id)
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, ck.State) {
+			return stateConflict("checkpoint", id, string(ck.State))
+		}
+		keepID, keepTenant, keepSandbox, keepCreated := ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt
+		if mutate != nil {
+			if err := mutate(ck); err != nil {
+				return err
+			}
+		}
+		ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
+		args := checkpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
+		args = append(args[:len(args)-1], ck.ID)
+		_, err = tc.wr.ExecContext(ctx, `UPDATE checkpoints SET name = ?, parent = ?, state = ?, template = ?,
+			template_digest = ?, vcpus = ?, memory_mib = ?, disk_mib = ?, worker = ?, size_bytes = ? WHERE id = ?`, args...)
+		if err != nil {
+			return dbErr(fmt.Sprintf("update checkpoint %s", id), err)
+		}
+		out = ck
+		return nil
+	})
+	return out, err
+}
+
+func (c *conn) DeleteCheckpoint(ctx context.Context, tenantID, id string) error {
+	c = c.bind(ctx)
+	res, err := c.wr.ExecContext(ctx, `DELETE FROM checkpoints WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID)
+	if err != nil {
+		return dbErr("delete checkpoint", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("checkpoint", id)
+	}
+	return nil
+}
