@@ -185,8 +185,11 @@ const (
 
 // Template is one build of a named template.
 type Template struct {
-	ID        string          `json:"id"` // "tpl_…"
-	Name      string          `json:"name"`
+	ID   string `json:"id"` // "tpl_…"
+	Name string `json:"name"`
+	// TenantID owns the build; empty means every tenant sees it (the
+	// built-in templates and admins' builds).
+	TenantID  string          `json:"tenant_id,omitempty"`
 	Digest    string          `json:"digest"` // "sha256:…"
 	State     TemplateState   `json:"state"`
 	SizeBytes int64           `json:"size_bytes"`

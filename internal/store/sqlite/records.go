@@ -94,13 +94,13 @@ func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (i
 	return int(n), nil
 }
 
-const tplCols = `id, name, digest, state, size_bytes, defaults, created_at`
+const tplCols = `id, name, digest, state, size_bytes, defaults, created_at, tenant_id`
 
 func scanTpl(row interface{ Scan(...any) error }) (*store.Template, error) {
 	var t store.Template
 	var defaults sql.NullString
 	var created int64
-	if err := row.Scan(&t.ID, &t.Name, &t.Digest, &t.State, &t.SizeBytes, &defaults, &created); err != nil {
+	if err := row.Scan(&t.ID, &t.Name, &t.Digest, &t.State, &t.SizeBytes, &defaults, &created, &t.TenantID); err != nil {
 		return nil, err
 	}
 	t.Defaults = rawFrom(defaults)
@@ -124,10 +124,11 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 	if len(t.Defaults) == 0 {
 		t.Defaults = nil
 	}
-	_, err := c.wr.ExecContext(ctx, `INSERT INTO templates (`+tplCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO templates (`+tplCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, digest = excluded.digest, state = excluded.state,
-		size_bytes = excluded.size_bytes, defaults = excluded.defaults`,
-		t.ID, t.Name, t.Digest, string(t.State), t.SizeBytes, rawText(t.Defaults), nanos(t.CreatedAt))
+		size_bytes = excluded.size_bytes, defaults = excluded.defaults, created_at = excluded.created_at,
+		tenant_id = excluded.tenant_id`,
+		t.ID, t.Name, t.Digest, string(t.State), t.SizeBytes, rawText(t.Defaults), nanos(t.CreatedAt), t.TenantID)
 	if err != nil {
 		return dbErr("upsert template", err)
 	}

@@ -306,6 +306,24 @@ func testTemplates(t *testing.T, s store.Store) {
 	if len(all) != 3 {
 		t.Fatalf("ListTemplates has %d, want 3", len(all))
 	}
+	// The owner round-trips; a rebuild that reuses a build (cache hit) may
+	// move its row to a new id and time, which makes it the newest.
+	owned := &store.Template{Name: "mine", TenantID: "ten_a", State: store.TemplateBuilding, CreatedAt: base}
+	must(t, s.UpsertTemplate(ctx, owned))
+	owned.State, owned.Digest, owned.CreatedAt = store.TemplateReady, "sha256:0a", base.Add(2*time.Hour)
+	must(t, s.UpsertTemplate(ctx, owned))
+	got, err = s.GetTemplateByName(ctx, "mine", "")
+	must(t, err)
+	if got.TenantID != "ten_a" || !got.CreatedAt.Equal(owned.CreatedAt) {
+		t.Fatalf("owned template = %+v, want tenant ten_a created %v", got, owned.CreatedAt)
+	}
+	got, err = s.GetTemplate(ctx, v1.ID)
+	must(t, err)
+	if got.TenantID != "" {
+		t.Fatalf("global template has tenant %q", got.TenantID)
+	}
+	must(t, s.DeleteTemplate(ctx, owned.ID))
+
 	must(t, s.DeleteTemplate(ctx, other.ID))
 	wantClass(t, s.DeleteTemplate(ctx, other.ID), errdefs.ErrNotFound)
 	_, err = s.GetTemplate(ctx, other.ID)
