@@ -94,6 +94,7 @@ type Exit struct {
 
 // Worker runs sandboxes on one host.
 type Worker interface {
+	Lifecycle
 	// Ready reports whether the worker can start VMs now (kernel, templates,
 	// storage and VMM present); the error says what is missing.
 	Ready(ctx context.Context) error

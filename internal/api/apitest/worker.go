@@ -36,6 +36,11 @@ type Worker struct {
 	Gate     chan struct{}
 	NotReady error
 	Deleted  []string
+	// LifecycleGate, when set, blocks every lifecycle call until closed.
+	LifecycleGate chan struct{}
+	// WakeErr, when set, makes WakeSandbox fail (the VM stays as it was).
+	WakeErr error
+	ckpts   map[string]*checkpoint
 }
 
 // VM is one fake sandbox.
@@ -44,6 +49,8 @@ type VM struct {
 	Root string
 	// Spec is what CreateSandbox got; Spec.Network follows SetNetworkPolicy.
 	Spec worker.SandboxSpec
+	// State is the worker.VM* state ("" is running).
+	State string
 	// NetLog is what NetworkLog returns.
 	NetLog []egress.Record
 	client *agentclient.Client
@@ -52,7 +59,7 @@ type VM struct {
 
 // NewWorker returns a fake worker; its agents end with the test.
 func NewWorker(t testing.TB) *Worker {
-	return &Worker{t: t, vms: map[string]*VM{}, exits: make(chan worker.Exit, 8)}
+	return &Worker{t: t, vms: map[string]*VM{}, ckpts: map[string]*checkpoint{}, exits: make(chan worker.Exit, 8)}
 }
 
 func (w *Worker) Ready(ctx context.Context) error { return w.NotReady }
@@ -77,6 +84,12 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 	}
 	root := filepath.Join(dir, "root")
 	os.Mkdir(root, 0o755)
+	if spec.FromCheckpoint != "" {
+		if err := w.branchRoot(&spec, root); err != nil {
+			os.RemoveAll(dir)
+			return worker.SandboxStatus{}, err
+		}
+	}
 	actx, cancel := context.WithCancel(context.Background())
 	ag := agent.New(agent.Config{FileRoot: root})
 	sock := filepath.Join(dir, "agent.sock")
@@ -99,7 +112,9 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 	w.vms[spec.ID] = vm
 	w.mu.Unlock()
 	w.t.Cleanup(vm.cancel)
-	return worker.SandboxStatus{ID: spec.ID, State: worker.VMRunning, BootedAt: time.Now()}, nil
+	st := vm.status()
+	st.BootedAt = time.Now()
+	return st, nil
 }
 
 func (w *Worker) DeleteSandbox(ctx context.Context, id string) error {
@@ -117,18 +132,19 @@ func (w *Worker) DeleteSandbox(ctx context.Context, id string) error {
 func (w *Worker) Sandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.vms[id]; !ok {
+	vm, ok := w.vms[id]
+	if !ok {
 		return worker.SandboxStatus{}, errdefs.ErrNotFound
 	}
-	return worker.SandboxStatus{ID: id, State: worker.VMRunning}, nil
+	return vm.status(), nil
 }
 
 func (w *Worker) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []worker.SandboxStatus
-	for id := range w.vms {
-		out = append(out, worker.SandboxStatus{ID: id, State: worker.VMRunning})
+	for _, vm := range w.vms {
+		out = append(out, vm.status())
 	}
 	return out, nil
 }

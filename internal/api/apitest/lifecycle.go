@@ -1,0 +1,278 @@
+package apitest
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// The fake's lifecycle keeps the agent serving in every state (a paused or
+// suspended fake VM is a flag, not a stopped process); checkpoints are
+// copies of the VM's root directory, so branches and restores see the files
+// as they were, isolated from each other.
+
+// checkpoint is one fake checkpoint: a copy of a VM's root.
+type checkpoint struct {
+	status worker.CheckpointStatus
+	root   string
+}
+
+var _ worker.Lifecycle = (*Worker)(nil)
+
+// lifecycleStart waits for LifecycleGate (when set) and returns the VM.
+func (w *Worker) lifecycleStart(ctx context.Context, id string) (*VM, error) {
+	w.mu.Lock()
+	gate := w.LifecycleGate
+	w.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	vm, ok := w.vms[id]
+	if !ok {
+		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %s is not on this worker", id)
+	}
+	return vm, nil
+}
+
+// move changes vm's state from one of from to to under w.mu, or fails with
+// ErrFailedPrecondition naming the state as the real worker does.
+func (w *Worker) move(vm *VM, to string, from ...string) (worker.SandboxStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !slices.Contains(from, vm.state()) {
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s", vm.ID, vm.state()).
+			WithDetails(map[string]any{"state": vm.state()})
+	}
+	vm.State = to
+	return vm.status(), nil
+}
+
+func (vm *VM) state() string {
+	if vm.State == "" {
+		return worker.VMRunning
+	}
+	return vm.State
+}
+
+func (vm *VM) status() worker.SandboxStatus {
+	st := worker.SandboxStatus{ID: vm.ID, State: vm.state(), Spec: vm.Spec, DiskBytes: treeSize(vm.Root),
+		MemoryBytes: int64(vm.Spec.MemoryMiB) << 20, Restored: vm.Spec.FromCheckpoint != ""}
+	if st.State == worker.VMSuspended {
+		st.SnapshotBytes = st.MemoryBytes
+	}
+	return st
+}
+
+func (w *Worker) PauseSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	vm, err := w.lifecycleStart(ctx, id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	return w.move(vm, worker.VMPaused, worker.VMRunning, worker.VMPaused)
+}
+
+func (w *Worker) ResumeSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	vm, err := w.lifecycleStart(ctx, id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	return w.move(vm, worker.VMRunning, worker.VMRunning, worker.VMPaused)
+}
+
+func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	vm, err := w.lifecycleStart(ctx, id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	return w.move(vm, worker.VMSuspended, worker.VMRunning, worker.VMPaused)
+}
+
+// WakeSandbox fails with WakeErr when set (e.g. an error wrapping
+// errdefs.ErrDataLoss); the VM then stays as it was, like the real worker.
+func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	vm, err := w.lifecycleStart(ctx, id)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	w.mu.Lock()
+	werr := w.WakeErr
+	w.mu.Unlock()
+	if werr != nil {
+		return worker.SandboxStatus{}, werr
+	}
+	return w.move(vm, worker.VMRunning, worker.VMPaused, worker.VMSuspended)
+}
+
+func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string) (worker.CheckpointStatus, error) {
+	vm, err := w.lifecycleStart(ctx, sandboxID)
+	if err != nil {
+		return worker.CheckpointStatus{}, err
+	}
+	w.mu.Lock()
+	state := vm.state()
+	_, dup := w.ckpts[checkpointID]
+	w.mu.Unlock()
+	if state != worker.VMRunning && state != worker.VMPaused {
+		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s", vm.ID, state).
+			WithDetails(map[string]any{"state": state})
+	}
+	if dup {
+		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrConflict, "checkpoint %s exists", checkpointID)
+	}
+	dir, err := os.MkdirTemp("", "space-api-ckpt-")
+	if err != nil {
+		return worker.CheckpointStatus{}, err
+	}
+	w.t.Cleanup(func() { os.RemoveAll(dir) })
+	root := filepath.Join(dir, "root")
+	if err := copyTree(vm.Root, root); err != nil {
+		os.RemoveAll(dir)
+		return worker.CheckpointStatus{}, err
+	}
+	ck := &checkpoint{root: root, status: worker.CheckpointStatus{ID: checkpointID, SandboxID: sandboxID, Spec: vm.Spec,
+		CreatedAt: time.Now().UTC(), SizeBytes: treeSize(root)}}
+	w.mu.Lock()
+	w.ckpts[checkpointID] = ck
+	w.mu.Unlock()
+	return ck.status, nil
+}
+
+func (w *Worker) DeleteCheckpoint(ctx context.Context, checkpointID string) error {
+	w.mu.Lock()
+	ck := w.ckpts[checkpointID]
+	delete(w.ckpts, checkpointID)
+	w.mu.Unlock()
+	if ck != nil {
+		os.RemoveAll(filepath.Dir(ck.root))
+	}
+	return nil
+}
+
+func (w *Worker) Checkpoints(ctx context.Context) ([]worker.CheckpointStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []worker.CheckpointStatus
+	for _, ck := range w.ckpts {
+		out = append(out, ck.status)
+	}
+	return out, nil
+}
+
+// RestoreCheckpoint replaces the VM's root with the checkpoint's copy.
+func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID string) (worker.SandboxStatus, error) {
+	vm, err := w.lifecycleStart(ctx, sandboxID)
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	w.mu.Lock()
+	ck := w.ckpts[checkpointID]
+	w.mu.Unlock()
+	if ck == nil {
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrNotFound, "checkpoint %s not found", checkpointID)
+	}
+	if err := clearDir(vm.Root); err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	if err := copyTree(ck.root, vm.Root); err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	vm.State = worker.VMRunning
+	return vm.status(), nil
+}
+
+func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) error { return nil }
+
+// branchRoot fills root from the checkpoint a branch is made of.
+func (w *Worker) branchRoot(spec *worker.SandboxSpec, root string) error {
+	w.mu.Lock()
+	ck := w.ckpts[spec.FromCheckpoint]
+	w.mu.Unlock()
+	if ck == nil {
+		return errdefs.New(errdefs.ErrNotFound, "checkpoint %s not found", spec.FromCheckpoint)
+	}
+	base := ck.status.Spec
+	spec.Template, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB = base.Template, base.VCPUs, base.MemoryMiB, base.DiskMiB
+	return copyTree(ck.root, root)
+}
+
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyTree copies regular files, directories and symlinks from src to dst.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, info.Mode().Perm()|0o700)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		case d.Type().IsRegular():
+			in, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, info.Mode().Perm())
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(out, in); err != nil {
+				out.Close()
+				return err
+			}
+			return out.Close()
+		}
+		return nil
+	})
+}
+
+func treeSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
