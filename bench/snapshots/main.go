@@ -35,8 +35,9 @@ func main() {
 	agent := flag.String("agent", "bin/space-agent", "static space-agent binary")
 	dataDir := flag.String("data-dir", "", "data dir (default: a temporary one, removed after)")
 	accel := flag.String("accel", "auto", "auto, kvm or tcg")
+	cold := flag.Bool("cold", true, "measure cold boot too (slow)")
 	flag.Parse()
-	if err := run(*runs, *agent, *dataDir, *accel); err != nil {
+	if err := run(*runs, *agent, *dataDir, *accel, *cold); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
 		os.Exit(1)
 	}
@@ -48,7 +49,7 @@ type bench struct {
 	seq  int
 }
 
-func run(runs int, agent, dataDir, accel string) error {
+func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if dataDir == "" {
@@ -84,18 +85,20 @@ func run(runs int, agent, dataDir, accel string) error {
 	b := &bench{ctx: ctx, runs: runs}
 	var out []stats.Series
 
-	cold := cfg
-	cold.DisableSnapshots = true
-	wc, err := local.New(ctx, cold)
-	if err != nil {
-		return err
+	if measureCold {
+		cold := cfg
+		cold.DisableSnapshots = true
+		wc, err := local.New(ctx, cold)
+		if err != nil {
+			return err
+		}
+		s, err := b.createToFirst(wc, "cold boot to first command (256 MiB)", 256)
+		wc.Close()
+		if err != nil {
+			return err
+		}
+		out = append(out, s)
 	}
-	s, err := b.createToFirst(wc, "cold boot to first command (256 MiB)", 256)
-	wc.Close()
-	if err != nil {
-		return err
-	}
-	out = append(out, s)
 
 	w, err := local.New(ctx, cfg)
 	if err != nil {

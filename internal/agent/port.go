@@ -16,9 +16,9 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
-// portRetry is how often the agent reopens the port while no host is
-// connected (a virtio-serial read then returns 0 at once).
-const portRetry = 100 * time.Millisecond
+// portRetry bounds one wait for a host on the port; it is only a safety
+// net, since waitHost wakes on the port-open event itself.
+const portRetry = time.Second
 
 // FindPort returns the device of the virtio-serial port called name
 // (/sys/class/virtio-ports/vportNpM/name -> /dev/vportNpM).
@@ -45,17 +45,40 @@ func (a *Agent) ServePort(ctx context.Context, dev string) error {
 		// Nonblocking, so the runtime poller drives it and deadlines and
 		// Close interrupt a blocked read or write.
 		conn := &fileConn{File: os.NewFile(uintptr(fd), dev)}
+		waitHost(ctx, conn.File, portRetry)
 		err = a.ServeConn(ctx, conn)
 		_ = conn.Close()
 		if err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
 			a.log.Warn("agent link session", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(portRetry):
-		}
 	}
 	return ctx.Err()
+}
+
+// waitHost returns once a host is connected to the port behind f, ctx is
+// done or max has passed. virtio_console reports POLLHUP while no host is
+// connected and wakes the port's wait queue when the host side opens (the
+// VIRTIO_CONSOLE_PORT_OPEN control event, as when the worker dials a just
+// restored VM). The runtime poller watches the fd edge-triggered, so a
+// write-wait parks until that wake-up; each time it checks the state
+// without consuming data. Sleeping instead would add up to the sleep to
+// every reconnection after a restore.
+func waitHost(ctx context.Context, f *os.File, max time.Duration) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = f.SetWriteDeadline(time.Now().Add(max))
+	defer f.SetWriteDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = f.SetWriteDeadline(time.Now()) })
+	defer stop()
+	_ = rc.Write(func(fd uintptr) bool {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLOUT}}
+		if _, err := unix.Poll(p, 0); err != nil {
+			return true
+		}
+		return p[0].Revents&unix.POLLHUP == 0
+	})
 }
 
 // fileConn is a character device as a net.Conn.

@@ -19,7 +19,7 @@ import (
 // either direction may still carry bytes of an earlier session (a guest write
 // blocked while no host was connected, a host write the guest never read).
 //
-//	host:  SPACE-SYNC-1 <nonce>\n   repeated every SyncInterval until acked
+//	host:  SPACE-SYNC-1 <nonce>\n   at once, then repeated (syncDelay) until acked
 //	agent: SPACE-ACK-1 <nonce>\n    once per new nonce
 //	host:  SPACE-GO-1 <nonce>\n     after the ack; ends the host's sync lines
 //
@@ -33,9 +33,26 @@ const (
 	goMagic   = "SPACE-GO-1 "
 	nonceLen  = 32 // hex characters
 
-	// SyncInterval is how often the host repeats its sync line.
+	// SyncInterval is how often the host repeats its sync line once the
+	// agent has been slow to answer for SyncFastFor.
 	SyncInterval = 150 * time.Millisecond
+	// SyncFastInterval is how often the host repeats its sync line during
+	// the first SyncFastFor. Right after a snapshot restore the agent
+	// reopens its port within milliseconds and discards what arrived
+	// before; a short repeat gets it a fresh line at once. A line is 46
+	// bytes, so the fast phase queues at most ~1.4 KB for an agent that is
+	// not reading.
+	SyncFastInterval = 10 * time.Millisecond
+	SyncFastFor      = 300 * time.Millisecond
 )
+
+// syncDelay is the pause before the host's sync line after elapsed time.
+func syncDelay(elapsed time.Duration) time.Duration {
+	if elapsed < SyncFastFor {
+		return SyncFastInterval
+	}
+	return SyncInterval
+}
 
 func newNonce() (string, error) {
 	var b [nonceLen / 2]byte
@@ -64,19 +81,21 @@ func HostSync(ctx context.Context, conn net.Conn) (net.Conn, error) {
 	writerDone := make(chan error, 1)
 	go func() {
 		line := []byte(syncMagic + nonce + "\n")
-		t := time.NewTicker(SyncInterval)
+		start := time.Now()
+		t := time.NewTimer(0)
 		defer t.Stop()
 		for {
-			if _, err := conn.Write(line); err != nil {
-				writerDone <- err
-				return
-			}
 			select {
 			case <-stop:
 				writerDone <- nil
 				return
 			case <-t.C:
 			}
+			if _, err := conn.Write(line); err != nil {
+				writerDone <- err
+				return
+			}
+			t.Reset(syncDelay(time.Since(start)))
 		}
 	}()
 
