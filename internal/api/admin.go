@@ -87,17 +87,3 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, apiv1.WorkerList{Workers: []apiv1.Worker{wk}})
 }
-
-func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.store.ListTemplates(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := apiv1.TemplateList{Templates: []apiv1.Template{}}
-	for _, t := range ts {
-		out.Templates = append(out.Templates, apiv1.Template{ID: t.ID, Name: t.Name, Digest: t.Digest,
-			State: string(t.State), SizeBytes: t.SizeBytes, Defaults: t.Defaults, CreatedAt: t.CreatedAt.UTC()})
-	}
-	writeJSON(w, http.StatusOK, out)
-}

@@ -58,6 +58,7 @@ func (s *Server) newCommand(ctx context.Context, sb *store.Sandbox, req *apiv1.C
 	if err := requireState(sb, store.SandboxRunning); err != nil {
 		return nil, err
 	}
+	s.commandDefaults(ctx, sb, req)
 	id := store.NewID(store.PrefixCommand)
 	spec, err := json.Marshal(processSpec(id, req))
 	if err != nil {

@@ -42,7 +42,7 @@ func (s *Server) runCreate(ctx context.Context, op *store.Operation, report oper
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not creating", sb.ID, sb.State)
 	}
 	report(ctx, "booting", 10)
-	spec := worker.SandboxSpec{ID: sb.ID, Template: sb.Template, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
+	spec := worker.SandboxSpec{ID: sb.ID, Template: templateRefOf(sb), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
 		DiskMiB: sb.DiskMiB, Env: sb.Env, Hostname: sb.ID, Network: sb.Network, SecretScope: sb.TenantID}
 	_, cerr := s.worker.CreateSandbox(ctx, spec)
 	if cerr == nil {

@@ -31,8 +31,30 @@ var docs = map[string]doc{
 	"GET /metrics":      {summary: "Prometheus metrics (text exposition format)", status: "200", resp: "text"},
 	"GET /openapi.json": {summary: "This document", status: "200", resp: "any"},
 
-	"GET /v1/features":  {summary: "Feature gates and whether they are enabled", status: "200", resp: "FeatureList"},
-	"GET /v1/templates": {summary: "List templates", status: "200", resp: "TemplateList"},
+	"GET /v1/features": {summary: "Feature gates and whether they are enabled", status: "200", resp: "FeatureList"},
+	"GET /v1/templates": {summary: "List the template builds the caller sees (global ones and its own), by name, oldest first; not paginated",
+		status: "200", resp: "TemplateList"},
+	"POST /v1/templates": {summary: "Build a template (asynchronous: operation type template_build; progress steps resolve source … install, snapshot). " +
+		"Visibility: a build made with an admin key is global (every tenant sees and uses it; only admins delete it); " +
+		"a build made with a tenant key belongs to that tenant (others get 404). Names are one namespace: building a name " +
+		"another owner holds is 409. source.path is a path on the server host under one of its template source roots " +
+		"(<data-dir>/imports by default; others are 403 in the operation). A debian source's script runs as root on the " +
+		"build host: admin keys only (403). A failed build ends failed with a clear message and leaves no files; " +
+		"an unchanged rebuild reuses the existing build (same digest). The build ends by booting the template once and " +
+		"keeping its ready snapshot, so sandboxes start from memory.",
+		body: "CreateTemplateRequest", status: "202", resp: "TemplateAndOperation"},
+	"GET /v1/templates/{name}": {summary: "Get a template: name is its newest ready build (while none is ready, its newest build), " +
+		"name@sha256:<hex> exactly that build", status: "200", resp: "Template"},
+	"DELETE /v1/templates/{name}": {summary: "Delete every build of a template, or one build (name@sha256:<hex>). 409 while a live sandbox " +
+		"or a checkpoint uses it (details: sandboxes, checkpoints) unless force=true; a tenant's force never overrides another " +
+		"tenant's use. Global templates: admins only (403). Running sandboxes keep their own disks.",
+		status: "204", query: []param{{"force", "boolean", "delete even while sandboxes or checkpoints use it"}}},
+	"GET /v1/templates/{name}/builds/{operation}/log": {summary: "A build's log, streamed like command events: NDJSON " +
+		"(application/x-ndjson) or SSE with Accept: text/event-stream. Events: {seq,type:\"log\",data|data_b64} one line each, " +
+		"then {seq,type:\"end\",state,error?} when the build operation ends; heartbeats while idle. The log is kept after the " +
+		"build; reattach with after= the last seq.",
+		status: "200", resp: "buildlog", stream: true,
+		query: []param{{"after", "integer", "replay lines with seq > after (default 0)"}}},
 
 	"GET /v1/operations": {summary: "List operations, newest first", status: "200", resp: "OperationList",
 		query: append([]param{{"target", "string", "only operations on this object (sbx_…, tpl_…)"}}, pageParams...)},
@@ -104,6 +126,9 @@ func content(kind string) obj {
 		return obj{"application/octet-stream": obj{"schema": obj{"type": "string"}}, "application/x-tar": obj{"schema": obj{"type": "string"}}}
 	case "events":
 		return obj{"application/x-ndjson": obj{"itemSchema": schemaRef("Event"), "schema": obj{"type": "string"}},
+			"text/event-stream": obj{"schema": obj{"type": "string"}}}
+	case "buildlog":
+		return obj{"application/x-ndjson": obj{"itemSchema": schemaRef("BuildLogEvent"), "schema": obj{"type": "string"}},
 			"text/event-stream": obj{"schema": obj{"type": "string"}}}
 	case "text":
 		return obj{"text/plain": obj{"schema": obj{"type": "string"}}}

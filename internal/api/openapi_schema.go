@@ -32,6 +32,8 @@ var schemaTypes = map[string]any{
 	"CreateTenantRequest": apiv1.CreateTenantRequest{}, "TenantResponse": apiv1.TenantResponse{},
 	"CreateKeyRequest": apiv1.CreateKeyRequest{}, "KeyResponse": apiv1.KeyResponse{},
 	"WorkerList": apiv1.WorkerList{}, "TemplateList": apiv1.TemplateList{},
+	"Template": apiv1.Template{}, "CreateTemplateRequest": apiv1.CreateTemplateRequest{},
+	"TemplateAndOperation": apiv1.TemplateAndOperation{}, "BuildLogEvent": apiv1.BuildLogEvent{},
 	"PutSecretRequest": apiv1.PutSecretRequest{}, "Secret": apiv1.Secret{}, "SecretList": apiv1.SecretList{},
 	"NetworkLog": apiv1.NetworkLog{}, "NetworkPolicy": json.RawMessage{},
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -11,13 +12,12 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/template"
 )
 
 var (
-	metadataKeyRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$`)
-	envKeyRE       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
-	templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.\-]{0,62}$`)
-	digestRE       = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	metadataKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$`)
+	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
 )
 
 const (
@@ -44,14 +44,10 @@ func validateEnv(env map[string]string, fields map[string]string) {
 
 func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
 	f := map[string]string{}
-	name, digest, _ := strings.Cut(req.Template, "@")
-	switch {
-	case req.Template == "":
+	if req.Template == "" {
 		f["template"] = "required"
-	case !templateNameRE.MatchString(name):
-		f["template"] = "must be a template name, optionally followed by @sha256:<digest>"
-	case strings.Contains(req.Template, "@") && !digestRE.MatchString(digest):
-		f["template"] = "the digest must be sha256:<64 hex digits>"
+	} else if _, _, err := template.ParseRef(req.Template); err != nil {
+		f["template"] = "must be a template name (^[a-z0-9][a-z0-9-]{0,62}$), optionally followed by @sha256:<64 hex digits>"
 	}
 	if req.VCPUs < 0 || req.VCPUs > s.cfg.MaxVCPUs {
 		f["vcpus"] = fmt.Sprintf("must be between 1 and %d", s.cfg.MaxVCPUs)
@@ -89,22 +85,62 @@ func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
 	return nil
 }
 
-// resolveTemplate returns the ready template's name and digest: `name` is
-// the newest ready build, `name@sha256:…` exactly that build.
-func (s *Server) resolveTemplate(ctx context.Context, ref string) (name, digest string, err error) {
-	name, digest, _ = strings.Cut(ref, "@")
+// resolveTemplate returns the ready template build a sandbox names: `name`
+// is the newest ready build, `name@sha256:…` exactly that build. A build
+// the caller may not see is not found.
+func (s *Server) resolveTemplate(ctx context.Context, ref string) (*store.Template, error) {
+	name, digest, _ := strings.Cut(ref, "@")
 	t, err := s.store.GetTemplateByName(ctx, name, digest)
+	if err == nil && !visible(principal(ctx), t) {
+		err = errdefs.New(errdefs.ErrNotFound, "template build of another tenant")
+	}
 	switch {
 	case err == nil:
 		if t.State != store.TemplateReady {
-			return "", "", errdefs.New(errdefs.ErrFailedPrecondition, "template %q is not ready (state %s)", ref, t.State).
+			return nil, errdefs.New(errdefs.ErrFailedPrecondition, "template %q is not ready (state %s)", ref, t.State).
 				WithDetails(map[string]any{"template": ref, "state": string(t.State)})
 		}
-		return t.Name, t.Digest, nil
+		return t, nil
 	case errdefs.ClassOf(err) == errdefs.ErrNotFound:
-		return "", "", errdefs.New(errdefs.ErrNotFound, "template %q not found", ref).WithCause(err)
+		return nil, errdefs.New(errdefs.ErrNotFound, "template %q not found", ref).WithCause(err)
 	}
-	return "", "", err
+	return nil, err
+}
+
+// templateDefaults reads a template build's runtime defaults (zero when
+// it has none or they do not decode).
+func templateDefaults(t *store.Template) template.Defaults {
+	var d template.Defaults
+	if len(t.Defaults) > 0 {
+		_ = json.Unmarshal(t.Defaults, &d) // written by us; a bad record has no defaults
+	}
+	return d
+}
+
+// applyTemplateDefaults fills what a create request leaves out from the
+// template's defaults, then from the server's. Env merges: the request's
+// variables win over the template's.
+func (s *Server) applyTemplateDefaults(sb *store.Sandbox, d template.Defaults) {
+	pick := func(v *int, vals ...int) {
+		for _, x := range vals {
+			if *v == 0 {
+				*v = x
+			}
+		}
+	}
+	pick(&sb.VCPUs, d.Vcpus, s.cfg.DefaultVCPUs)
+	pick(&sb.MemoryMiB, d.MemoryMiB, s.cfg.DefaultMemoryMiB)
+	pick(&sb.DiskMiB, d.DiskMiB)
+	if len(d.Env) > 0 {
+		env := make(map[string]string, len(d.Env)+len(sb.Env))
+		for k, v := range d.Env {
+			env[k] = v
+		}
+		for k, v := range sb.Env {
+			env[k] = v
+		}
+		sb.Env = env
+	}
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
@@ -118,7 +154,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	name, digest, err := s.resolveTemplate(ctx, req.Template)
+	tpl, err := s.resolveTemplate(ctx, req.Template)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -126,18 +162,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	sb := &store.Sandbox{
 		ID: store.NewID(store.PrefixSandbox), TenantID: principal(ctx).TenantID,
-		Template: name, TemplateDigest: digest, State: store.SandboxCreating,
+		Template: tpl.Name, TemplateDigest: tpl.Digest, State: store.SandboxCreating,
 		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, DiskMiB: req.DiskMiB,
 		Env: req.Env, Metadata: req.Metadata, Worker: s.cfg.WorkerID, Network: req.Network,
 		TimeoutSeconds: req.TimeoutSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 	}
-	if sb.VCPUs == 0 {
-		sb.VCPUs = s.cfg.DefaultVCPUs
-	}
-	if sb.MemoryMiB == 0 {
-		sb.MemoryMiB = s.cfg.DefaultMemoryMiB
-	}
+	s.applyTemplateDefaults(sb, templateDefaults(tpl))
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}

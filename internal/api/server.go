@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -95,6 +97,8 @@ type Deps struct {
 	Metrics *Metrics
 	// Secrets stores tenants' secrets; nil answers the secrets routes 503.
 	Secrets *secrets.Service
+	// Templates builds templates (see TemplateDeps).
+	Templates TemplateDeps
 }
 
 // Server serves the API. It is an http.Handler.
@@ -107,9 +111,12 @@ type Server struct {
 	worker   worker.Worker
 	secrets  *secrets.Service
 	logger   *slog.Logger
-	metrics  *Metrics
-	handler  http.Handler
-	routes   []route
+	// templates builds templates; buildLogs keeps their logs.
+	templates TemplateDeps
+	buildLogs *buildLogs
+	metrics   *Metrics
+	handler   http.Handler
+	routes    []route
 	// agentFor, when set (tests), replaces worker.Agent.
 	agentFor func(ctx context.Context, sandboxID string) (guestAgent, error)
 
@@ -147,9 +154,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		logger: deps.Logger, metrics: deps.Metrics,
 		cmdLocks:  map[string]*sync.Mutex{},
 		idemLocks: map[string]*keyLock{},
+		templates: deps.Templates,
 	}
+	if s.templates.LogDir == "" {
+		s.templates.LogDir = filepath.Join(os.TempDir(), "space-build-logs")
+	}
+	s.buildLogs = &buildLogs{dir: s.templates.LogDir}
 	s.ops.Register(store.OpCreate, s.runCreate)
 	s.ops.Register(store.OpDelete, s.runDelete)
+	s.ops.Register(store.OpTemplateBuild, s.runTemplateBuild)
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
 		s.routes = append(s.routes, rt)
@@ -192,7 +205,11 @@ func (s *Server) routeTable() []route {
 		{pattern: "GET /openapi.json", h: s.serveOpenAPI},
 
 		{pattern: "GET /v1/features", auth: authTenant, h: s.listFeatures},
+		{pattern: "POST /v1/templates", auth: authTenant, h: s.createTemplate},
 		{pattern: "GET /v1/templates", auth: authTenant, h: s.listTemplates},
+		{pattern: "GET /v1/templates/{name}", auth: authTenant, h: s.getTemplate},
+		{pattern: "DELETE /v1/templates/{name}", auth: authTenant, h: s.deleteTemplate},
+		{pattern: "GET /v1/templates/{name}/builds/{operation}/log", auth: authTenant, h: s.templateBuildLog},
 
 		{pattern: "GET /v1/operations", auth: authTenant, h: s.listOperations},
 		{pattern: "GET /v1/operations/{id}", auth: authTenant, h: s.getOperation},

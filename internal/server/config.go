@@ -28,6 +28,10 @@ type Config struct {
 	AgentBinary string // static space-agent; default: beside the spaced binary
 	QEMUBinary  string // default: qemu-system-x86_64 on PATH
 
+	// TemplateSourceRoots are the host directories template builds may
+	// read path sources from, besides <DataDir>/imports.
+	TemplateSourceRoots []string
+
 	BootTimeout  time.Duration
 	DefaultQuota store.Quota
 	LogFormat    string // text|json
@@ -47,6 +51,8 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "data directory (store, keys, templates, sandboxes)")
 	var features multiFlag
 	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
+	var sourceRoots multiFlag
+	fs.Var(&sourceRoots, "template-source-root", "host directory template builds may read oci/rootfs paths from, besides <data-dir>/imports (repeatable)")
 	fs.StringVar(&cfg.Accel, "accel", "auto", "VM acceleration: auto (KVM if a probe VM boots, else TCG), kvm or tcg")
 	fs.StringVar(&cfg.KernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (filled by `make setup`)")
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into guests")
@@ -64,6 +70,13 @@ func ParseFlags(args []string) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	cfg.Features = features
+	for _, root := range sourceRoots {
+		abs, err := filepath.Abs(root)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.TemplateSourceRoots = append(cfg.TemplateSourceRoots, abs)
+	}
 	switch cfg.Accel {
 	case "auto", "kvm", "tcg":
 	default:

@@ -117,8 +117,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		defer cancel()
 		ops.Close(cctx)
 	})
+	tpls, err := templateBuilders(cfg, templatesDir, log)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota}, api.Deps{
 		Store: db, Ops: ops, Auth: authn, Worker: wk, Logger: log, Metrics: metrics, Secrets: nets.secrets,
+		Templates: tpls,
 	})
 	if err != nil {
 		return err
@@ -135,6 +140,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	if err := srv.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile sandboxes: %w", err)
+	}
+	if err := srv.ReconcileTemplates(ctx); err != nil {
+		return fmt.Errorf("reconcile templates: %w", err)
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -160,6 +168,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// templateBuilders makes the API's template builders. Path sources must lie
+// under <data-dir>/imports or a --template-source-root; setup scripts run
+// only in admins' builds (they run as root on this host).
+func templateBuilders(cfg Config, templatesDir string, log *slog.Logger) (api.TemplateDeps, error) {
+	imports := filepath.Join(cfg.DataDir, "imports")
+	if err := os.MkdirAll(imports, 0o755); err != nil {
+		return api.TemplateDeps{}, fmt.Errorf("template imports dir: %w", err)
+	}
+	bc := template.BuilderConfig{TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary,
+		SourceRoots: append([]string{imports}, cfg.TemplateSourceRoots...), Logger: log}
+	tenants, err := template.NewBuilder(bc)
+	if err != nil {
+		return api.TemplateDeps{}, err
+	}
+	bc.AllowScripts = true
+	admins, err := template.NewBuilder(bc)
+	if err != nil {
+		return api.TemplateDeps{}, err
+	}
+	return api.TemplateDeps{Builder: tenants, AdminBuilder: admins, LogDir: filepath.Join(cfg.DataDir, "template-logs")}, nil
 }
 
 // registerTemplate records a built template image in the store.

@@ -352,7 +352,8 @@ type WorkerList struct {
 	Workers []Worker `json:"workers"`
 }
 
-// Template is a root filesystem plus runtime defaults.
+// Template is a root filesystem plus runtime defaults: one build of a
+// named template. Digest is empty until the build is ready.
 type Template struct {
 	ID        string          `json:"id"`
 	Name      string          `json:"name"`
@@ -361,7 +362,87 @@ type Template struct {
 	SizeBytes int64           `json:"size_bytes"`
 	Defaults  json.RawMessage `json:"defaults,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
+	// Scope is "global" (built in or built by an admin: every tenant sees
+	// it) or "tenant" (seen and used only by the tenant that built it).
+	Scope string `json:"scope"`
 }
+
+// Template states.
+const (
+	TemplateBuilding = "building"
+	TemplateReady    = "ready"
+	TemplateFailed   = "failed"
+)
+
+// TemplateSource says what a template is built from.
+type TemplateSource struct {
+	// Type is "oci", "debian" or "rootfs".
+	Type string `json:"type"`
+	// Path is a path on the server host under one of its template source
+	// roots: an OCI image layout dir or a `docker save`/OCI tar (oci), a
+	// tar or a directory (rootfs).
+	Path string `json:"path,omitempty"`
+	// Image is a registry reference (oci), pulled for linux/amd64.
+	Image string `json:"image,omitempty"`
+	// Suite, Variant, Packages and Script describe a debian build
+	// (mmdebstrap); Script runs inside the image at build time and is
+	// accepted from admin keys only.
+	Suite    string   `json:"suite,omitempty"`
+	Variant  string   `json:"variant,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+	Script   string   `json:"script,omitempty"`
+}
+
+// TemplateDefaults are what a sandbox of the template gets when its request
+// does not say: sizes, environment, and the working directory and user of
+// its commands.
+type TemplateDefaults struct {
+	VCPUs        int               `json:"vcpus,omitempty"`
+	MemoryMiB    int               `json:"memory_mib,omitempty"`
+	DiskMiB      int               `json:"disk_mib,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Workdir      string            `json:"workdir,omitempty"`
+	User         string            `json:"user,omitempty"`
+	StartCommand []string          `json:"start_command,omitempty"`
+	ReadyCommand []string          `json:"ready_command,omitempty"`
+}
+
+// CreateTemplateRequest is the body of POST /v1/templates.
+type CreateTemplateRequest struct {
+	Name     string            `json:"name"`
+	Source   TemplateSource    `json:"source"`
+	Defaults *TemplateDefaults `json:"defaults,omitempty"`
+	// NoCache rebuilds even when a build from the same inputs exists.
+	NoCache bool `json:"no_cache,omitempty"`
+}
+
+// TemplateAndOperation answers POST /v1/templates.
+type TemplateAndOperation struct {
+	Template  Template  `json:"template"`
+	Operation Operation `json:"operation"`
+}
+
+// BuildLogEvent is one event of a template build's log stream: "log"
+// (seq, data: one line with its newline, or data_b64), "end" (seq, state
+// of the build operation, error when it failed) or "error" (code,
+// message; the stream broke: reattach with after=).
+type BuildLogEvent struct {
+	Seq     uint64   `json:"seq,omitempty"`
+	Type    string   `json:"type"`
+	Data    *string  `json:"data,omitempty"`
+	DataB64 []byte   `json:"data_b64,omitempty"`
+	State   string   `json:"state,omitempty"`
+	Error   *OpError `json:"error,omitempty"`
+	Code    string   `json:"code,omitempty"`
+	Message string   `json:"message,omitempty"`
+}
+
+// Build log event types.
+const (
+	BuildLogLine  = "log"
+	BuildLogEnd   = "end"
+	BuildLogError = "error"
+)
 
 // TemplateList answers GET /v1/templates.
 type TemplateList struct {

@@ -1,0 +1,226 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/template"
+)
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p := principal(ctx)
+	ts, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.TemplateList{Templates: []apiv1.Template{}}
+	for _, t := range ts {
+		if visible(p, t) {
+			out.Templates = append(out.Templates, toTemplate(t))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// templateRef reads the {name} path value: "name" or "name@sha256:…".
+func templateRef(r *http.Request) (name, digest string, err error) {
+	ref := r.PathValue("name")
+	name, digest, err = template.ParseRef(ref)
+	if err != nil {
+		return "", "", invalid(map[string]string{"name": "must be a template name, optionally followed by @sha256:<64 hex digits>"})
+	}
+	return name, digest, nil
+}
+
+// getTemplate answers the newest ready build of a name (or, while none is
+// ready, its newest build in any state), or exactly the pinned build.
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	name, digest, err := templateRef(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	builds, err := s.templateBuilds(ctx, principal(ctx), name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var pick *store.Template
+	for _, t := range builds { // oldest first: the last match is the newest
+		switch {
+		case digest != "":
+			if t.Digest == digest {
+				pick = t
+			}
+		case t.State == store.TemplateReady:
+			pick = t
+		}
+	}
+	if pick == nil && digest == "" && len(builds) > 0 {
+		pick = builds[len(builds)-1]
+	}
+	if pick == nil {
+		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "template %q not found", r.PathValue("name")))
+		return
+	}
+	writeJSON(w, http.StatusOK, toTemplate(pick))
+}
+
+// templateUse counts what uses a template (all its builds, or one).
+type templateUse struct {
+	Sandboxes   int  `json:"sandboxes"`
+	Checkpoints int  `json:"checkpoints"`
+	others      bool // some user belongs to another tenant than the caller
+}
+
+func (s *Server) templateUsers(ctx context.Context, p auth.Principal, name, digest string) (templateUse, error) {
+	var u templateUse
+	uses := func(tpl, dig string) bool { return tpl == name && (digest == "" || dig == digest) }
+	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: []store.SandboxState{store.SandboxDeleted, store.SandboxFailed}}
+	f.PageSize = store.MaxPageSize
+	for {
+		page, err := s.store.ListSandboxes(ctx, f)
+		if err != nil {
+			return u, err
+		}
+		for _, sb := range page.Items {
+			if uses(sb.Template, sb.TemplateDigest) {
+				u.Sandboxes++
+				u.others = u.others || sb.TenantID != p.TenantID
+			}
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+		f.PageToken = page.NextPageToken
+	}
+	cf := store.CheckpointFilter{TenantID: store.AnyTenant}
+	cf.PageSize = store.MaxPageSize
+	for {
+		page, err := s.store.ListCheckpoints(ctx, cf)
+		if err != nil {
+			return u, err
+		}
+		for _, c := range page.Items {
+			if c.State != store.CheckpointFailed && uses(c.Template, c.TemplateDigest) {
+				u.Checkpoints++
+				u.others = u.others || c.TenantID != p.TenantID
+			}
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+		cf.PageToken = page.NextPageToken
+	}
+	return u, nil
+}
+
+// deleteTemplate removes every build of a name, or one pinned build: 409
+// while a live sandbox or a checkpoint uses it, unless force=true (which a
+// tenant may use only over its own sandboxes and checkpoints).
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	name, digest, err := templateRef(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	force := r.URL.Query().Get("force") == "true"
+	ctx := r.Context()
+	p := principal(ctx)
+	ref := r.PathValue("name")
+	builds, err := s.templateBuilds(ctx, p, name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var doomed []*store.Template
+	for _, t := range builds {
+		if digest == "" || t.Digest == digest {
+			doomed = append(doomed, t)
+		}
+	}
+	if len(doomed) == 0 {
+		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "template %q not found", ref))
+		return
+	}
+	if name == template.BaseName {
+		s.writeError(w, r, errdefs.New(errdefs.ErrPermissionDenied, "the built-in template %q cannot be deleted", name))
+		return
+	}
+	for _, t := range doomed {
+		if t.TenantID != owner(p) && !p.Admin {
+			s.writeError(w, r, errdefs.New(errdefs.ErrPermissionDenied, "template %q is global: only an admin may delete it", name))
+			return
+		}
+		if t.State == store.TemplateBuilding {
+			s.writeError(w, r, errdefs.New(errdefs.ErrConflict, "a build of template %q is running: cancel its operation first", name).
+				WithDetails(map[string]any{"state": string(t.State)}))
+			return
+		}
+	}
+	use, err := s.templateUsers(ctx, p, name, digest)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if use.Sandboxes+use.Checkpoints > 0 && (!force || (use.others && !p.Admin)) {
+		msg := "template %q is in use by %d live sandboxes and %d checkpoints: delete them first, or pass force=true"
+		if force {
+			msg = "template %q is in use by %d live sandboxes and %d checkpoints, some of another tenant: force cannot delete it"
+		}
+		s.writeError(w, r, errdefs.New(errdefs.ErrConflict, msg, ref, use.Sandboxes, use.Checkpoints).
+			WithDetails(map[string]any{"sandboxes": use.Sandboxes, "checkpoints": use.Checkpoints}))
+		return
+	}
+	// Files first: a failure leaves the rows, so the delete can be retried.
+	if s.templates.Builder != nil {
+		if err := s.templates.Builder.Delete(ctx, ref); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	for _, t := range doomed {
+		if err := s.store.DeleteTemplate(ctx, t.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	s.log(r).Info("template deleted", "template", ref, "builds", len(doomed), "force", force,
+		"sandboxes", use.Sandboxes, "checkpoints", use.Checkpoints)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// templateBuildLog streams a build's log (see streamBuildLog).
+func (s *Server) templateBuildLog(w http.ResponseWriter, r *http.Request) {
+	after, err := afterParam(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	name := r.PathValue("name")
+	id := r.PathValue("operation")
+	notFound := errdefs.New(errdefs.ErrNotFound, "build %q of template %q not found", id, name)
+	if !validID(id, store.PrefixOperation) {
+		s.writeError(w, r, notFound)
+		return
+	}
+	op, err := s.store.GetOperation(r.Context(), principal(r.Context()).TenantID, id)
+	if err != nil {
+		s.writeError(w, r, notFoundAs(err, "operation", id))
+		return
+	}
+	var params buildParams
+	if op.Type != store.OpTemplateBuild || json.Unmarshal(op.Params, &params) != nil || params.Request.Name != name {
+		s.writeError(w, r, notFound)
+		return
+	}
+	s.streamBuildLog(w, r, op, after)
+}
