@@ -11,7 +11,7 @@ BENCH     ?= .
 
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all setup build run test vet bench artifacts clean
+.PHONY: all setup build run test vet bench clean
 
 all: build
 
@@ -43,12 +43,6 @@ test: setup build vet
 ## bench: run the Go benchmarks (no tests)
 bench: setup build
 	$(GO) test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 30m ./...
-
-## artifacts: build the guest initramfs and the base template into $(DATA_DIR)
-artifacts: setup
-	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/space-agent ./cmd/space-agent
-	$(GO) run ./internal/template/mkartifacts -agent bin/space-agent -data-dir $(DATA_DIR)
 
 clean:
 	rm -rf bin
