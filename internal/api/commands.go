@@ -55,6 +55,7 @@ func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessS
 
 // newCommand stores a command session in state created.
 func (s *Server) newCommand(ctx context.Context, sb *store.Sandbox, req *apiv1.CreateCommandRequest) (*store.Command, error) {
+	s.touch(ctx, sb.ID) // exec and command creation are activity, also when refused
 	if err := requireState(sb, store.SandboxRunning); err != nil {
 		return nil, err
 	}
@@ -237,6 +238,7 @@ func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, gu
 	if err := requireState(sb, store.SandboxRunning); err != nil {
 		return nil, nil, err
 	}
+	s.touch(r.Context(), sb.ID)
 	if c.State == store.CommandCreated && start {
 		return s.ensureStarted(r.Context(), sb, c)
 	}

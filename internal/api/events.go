@@ -162,6 +162,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	defer s.streamAttached(ctx, sb.ID)()
 	// The reader goroutine owns the stream: cancelling sctx interrupts it,
 	// and it closes the stream itself, so Next and Close never race.
 	sctx, cancel := context.WithCancel(ctx)

@@ -41,6 +41,7 @@ func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
 	if err := requireState(sb, store.SandboxRunning); err != nil {
 		return nil, "", false, err
 	}
+	s.touch(r.Context(), sb.ID)
 	ag, err := s.agent(r.Context(), sb.ID)
 	return ag, path.Clean(p), format == "tar", err
 }

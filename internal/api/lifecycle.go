@@ -44,6 +44,10 @@ func (s *Server) runCreate(ctx context.Context, op *store.Operation, report oper
 	report(ctx, "booting", 10)
 	spec := worker.SandboxSpec{ID: sb.ID, Template: templateRefOf(sb), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
 		DiskMiB: sb.DiskMiB, Env: sb.Env, Hostname: sb.ID, Network: sb.Network, SecretScope: sb.TenantID}
+	if op.Type == store.OpBranch {
+		spec.FromCheckpoint = branchSource(op)
+		report(ctx, "restoring checkpoint", 10)
+	}
 	_, cerr := s.worker.CreateSandbox(ctx, spec)
 	if cerr == nil {
 		sb, err = s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sb.ID,

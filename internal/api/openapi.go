@@ -63,16 +63,37 @@ var docs = map[string]doc{
 	"POST /v1/operations/{id}/cancel": {summary: "Cancel an operation (best effort; pending ones are cancelled for sure)", status: "200", resp: "Operation"},
 
 	"POST /v1/sandboxes": {summary: "Create a sandbox (asynchronous). network is the egress policy {egress:{default,allow,deny},inject:[{domain,header,value}]} " +
-		"(absent: deny all); from_checkpoint is not supported yet (400).",
+		"(absent: deny all). With from_checkpoint (a ready checkpoint of the tenant) the sandbox is a branch (operation type branch): " +
+		"its disk, memory and processes start as they were at the checkpoint, its template and sizes are the checkpoint's " +
+		"(template, vcpus, memory_mib, disk_mib may be left out; other values are 400); a checkpoint not ready is 409 (details.state).",
 		body: "CreateSandboxRequest", status: "202", resp: "SandboxAndOperation"},
 	"GET /v1/sandboxes": {summary: "List sandboxes (deleted ones only when asked for by state)", status: "200", resp: "SandboxList",
 		query: append([]param{{"state", "string", "comma-separated states"}, {"metadata.KEY", "string", "only sandboxes whose metadata KEY has this value (repeat for several keys)"}}, pageParams...)},
-	"GET /v1/sandboxes/{id}":          {summary: "Get a sandbox", status: "200", resp: "Sandbox"},
-	"DELETE /v1/sandboxes/{id}":       {summary: "Delete a sandbox (asynchronous); 409 while it is in a transition", status: "202", resp: "OperationResponse"},
-	"POST /v1/sandboxes/{id}/pause":   {summary: "Pause a running sandbox. Not supported by this server yet: 412 (409 in a wrong state)", status: "202", resp: "OperationResponse"},
-	"POST /v1/sandboxes/{id}/suspend": {summary: "Suspend a sandbox to a durable snapshot. Not supported yet: 412 (409 in a wrong state)", status: "202", resp: "OperationResponse"},
-	"POST /v1/sandboxes/{id}/wake":    {summary: "Wake a paused or suspended sandbox. Not supported yet: 412 (409 in a wrong state)", status: "202", resp: "OperationResponse"},
-	"POST /v1/sandboxes/{id}/keep":    {summary: "Set the time to live to timeout_seconds from now", body: "KeepRequest", status: "200", resp: "Sandbox"},
+	"GET /v1/sandboxes/{id}":    {summary: "Get a sandbox, with usage (memory file, disk and suspend snapshot bytes on its worker)", status: "200", resp: "Sandbox"},
+	"DELETE /v1/sandboxes/{id}": {summary: "Delete a sandbox (asynchronous); 409 while it is in a transition", status: "202", resp: "OperationResponse"},
+	"POST /v1/sandboxes/{id}/pause": {summary: "Pause a running sandbox (operation type pause: running -> pausing -> paused): vCPUs stop, " +
+		"memory stays resident on the worker; not durable. Another state is 409 with details.state, also when checked again as the operation starts " +
+		"(operations on one sandbox run one at a time, in order)", status: "202", resp: "OperationResponse"},
+	"POST /v1/sandboxes/{id}/suspend": {summary: "Suspend a running or paused sandbox (operation type suspend: -> suspending -> suspended): a checksummed " +
+		"snapshot of memory, device state and disk; the VM is released and the sandbox survives server restarts. Commands keep their state; " +
+		"exec, commands and files answer 409 until wake. Another state is 409 with details.state", status: "202", resp: "OperationResponse"},
+	"POST /v1/sandboxes/{id}/wake": {summary: "Wake a paused (resume) or suspended (restore) sandbox (operation type wake: -> waking -> running). " +
+		"A damaged snapshot fails the operation with data_loss and the sandbox goes failed with last_error. Another state is 409 with details.state",
+		status: "202", resp: "OperationResponse"},
+	"POST /v1/sandboxes/{id}/keep": {summary: "Set the time to live to timeout_seconds from now (expires_at); an expired sandbox is deleted by a delete operation",
+		body: "KeepRequest", status: "200", resp: "Sandbox"},
+	"POST /v1/sandboxes/{id}/restore": {summary: "Roll a running, paused or suspended sandbox back in place to a ready checkpoint of it or of a sandbox it was " +
+		"branched from (operation type restore: -> waking -> running). Running commands the checkpoint did not have end with reason lost. " +
+		"Another sandbox state or a checkpoint not ready is 409 (details.state); another lineage's checkpoint is 400",
+		body: "RestoreRequest", status: "202", resp: "OperationResponse"},
+	"POST /v1/sandboxes/{id}/checkpoints": {summary: "Checkpoint a running or paused sandbox (operation type checkpoint, target the sandbox): it keeps running, " +
+		"stopped only for the instant of the copy. The checkpoint is creating until the operation ends, then ready or failed. Another state is 409",
+		body: "CreateCheckpointRequest", status: "202", resp: "CheckpointAndOperation"},
+	"GET /v1/sandboxes/{id}/checkpoints": {summary: "List a sandbox's checkpoints, oldest first (also after the sandbox is deleted)",
+		status: "200", resp: "CheckpointList", query: pageParams},
+	"GET /v1/checkpoints/{ckpt}": {summary: "Get a checkpoint", status: "200", resp: "Checkpoint"},
+	"DELETE /v1/checkpoints/{ckpt}": {summary: "Delete a checkpoint at once (synchronous, 204). Branches made from it and sandboxes restored to it " +
+		"keep working. A checkpoint still being created is 409", status: "204"},
 	"PUT /v1/sandboxes/{id}/network": {summary: "Replace the egress policy of a running, paused or suspended sandbox; applies at once " +
 		"(open connections it no longer allows are closed)", body: "NetworkPolicy", status: "200", resp: "Sandbox"},
 	"GET /v1/sandboxes/{id}/network/log": {summary: "Egress audit records, oldest first (incubating: feature network_log)",

@@ -35,7 +35,9 @@ var schemaTypes = map[string]any{
 	"Template": apiv1.Template{}, "CreateTemplateRequest": apiv1.CreateTemplateRequest{},
 	"TemplateAndOperation": apiv1.TemplateAndOperation{}, "BuildLogEvent": apiv1.BuildLogEvent{},
 	"PutSecretRequest": apiv1.PutSecretRequest{}, "Secret": apiv1.Secret{}, "SecretList": apiv1.SecretList{},
-	"NetworkLog": apiv1.NetworkLog{}, "NetworkPolicy": json.RawMessage{},
+	"NetworkLog": apiv1.NetworkLog{},
+	"Checkpoint": apiv1.Checkpoint{}, "CheckpointList": apiv1.CheckpointList{}, "CheckpointAndOperation": apiv1.CheckpointAndOperation{},
+	"CreateCheckpointRequest": apiv1.CreateCheckpointRequest{}, "RestoreRequest": apiv1.RestoreRequest{}, "NetworkPolicy": json.RawMessage{},
 }
 
 // schemaOf returns the JSON Schema (2020-12, as OpenAPI 3.1 uses) of t.

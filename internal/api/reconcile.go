@@ -11,9 +11,11 @@ import (
 
 // Reconcile makes the store and the worker agree after a start: run it after
 // the operation engine's Recover. Sandboxes left creating fail (their create
-// was interrupted), deleting ones get a fresh delete operation, running ones
-// the worker no longer runs fail with their commands lost, and VMs the store
-// does not know as live are deleted.
+// was interrupted), deleting ones get a fresh delete operation, ones the
+// worker no longer has fail with their commands lost, the others take the
+// state the worker reports (a pause, suspend, wake or restore interrupted
+// by the restart ends where the worker got to; suspended ones stay
+// suspended), and VMs the store does not know as live are deleted.
 func (s *Server) Reconcile(ctx context.Context) error {
 	vms, err := s.worker.Sandboxes(ctx)
 	if err != nil {
@@ -43,6 +45,10 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly"), sb.State)
 		default:
 			live[sb.ID] = true
+			if want := storeState(vm.State); want != sb.State {
+				log.Warn("reconcile: taking the worker's state", "vm_state", vm.State)
+				s.settleTo(ctx, sb.ID, sb.State)
+			}
 		}
 	})
 	if err != nil {
@@ -77,11 +83,19 @@ func (s *Server) eachSandbox(ctx context.Context, f store.SandboxFilter, fn func
 	}
 }
 
+// Expiry scans run when the earliest known deadline is due, but at least
+// this often (so sandboxes created or kept meanwhile are seen) and at most
+// this often.
+const (
+	maxExpiryScan = 2 * time.Second
+	minExpiryScan = 100 * time.Millisecond
+)
+
 // Run does the API's background work until ctx ends: it fails sandboxes
-// whose VM stopped on its own (worker exits), deletes expired sandboxes and
-// prunes old idempotency records.
+// whose VM stopped on its own (worker exits), deletes expired sandboxes,
+// suspends idle ones and prunes old idempotency records.
 func (s *Server) Run(ctx context.Context) {
-	tick := time.NewTicker(10 * time.Second)
+	tick := time.NewTimer(0)
 	defer tick.Stop()
 	lastPrune := time.Time{}
 	for {
@@ -94,7 +108,11 @@ func (s *Server) Run(ctx context.Context) {
 			}
 			s.handleExit(ctx, ex)
 		case now := <-tick.C:
-			s.expire(ctx, now)
+			next := now.Add(maxExpiryScan)
+			if due := s.expire(ctx, now); !due.IsZero() && due.Before(next) {
+				next = due
+			}
+			tick.Reset(max(time.Until(next), minExpiryScan))
 			if now.Sub(lastPrune) > time.Hour {
 				lastPrune = now
 				if n, err := s.store.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
@@ -124,10 +142,22 @@ func (s *Server) handleExit(ctx context.Context, ex worker.Exit) {
 	}
 }
 
-// expire submits a delete for every sandbox past its expires_at.
-func (s *Server) expire(ctx context.Context, now time.Time) {
+// expire submits a delete for every sandbox past its expires_at and a
+// suspend for every one idle past its idle_timeout_seconds (each recorded
+// as an operation). It returns the earliest deadline still ahead, or zero.
+func (s *Server) expire(ctx context.Context, now time.Time) time.Time {
+	var next time.Time
+	ahead := func(t time.Time) {
+		if !t.IsZero() && t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
 	err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: deletable}, func(sb *store.Sandbox) {
 		if sb.ExpiresAt == nil || sb.ExpiresAt.After(now) {
+			if sb.ExpiresAt != nil {
+				ahead(*sb.ExpiresAt)
+			}
+			ahead(s.expireIdle(ctx, sb, now))
 			return
 		}
 		op, err := s.submitDelete(ctx, sb.TenantID, sb.ID)
@@ -137,9 +167,11 @@ func (s *Server) expire(ctx context.Context, now time.Time) {
 			}
 			return
 		}
+		s.life.forget(sb.ID)
 		s.logger.Info("sandbox expired", "sandbox", sb.ID, "op", op.ID)
 	})
 	if err != nil {
 		s.logger.Warn("expiry scan", "err", err)
 	}
+	return next
 }

@@ -76,9 +76,6 @@ func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
 		f["idle_timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxTimeoutSeconds)
 	}
 	req.Network = policyFields(req.Network, f)
-	if req.FromCheckpoint != "" {
-		f["from_checkpoint"] = "checkpoints are not supported by this server yet"
-	}
 	if len(f) > 0 {
 		return invalid(f)
 	}
@@ -147,6 +144,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req apiv1.CreateSandboxRequest
 	if err := decodeJSON(r, &req, false); err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if req.FromCheckpoint != "" {
+		s.createBranch(w, r, &req)
 		return
 	}
 	if err := s.validateCreate(&req); err != nil {
@@ -264,7 +265,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toSandbox(sb))
+	writeJSON(w, http.StatusOK, s.withUsage(r.Context(), sb))
 }
 
 // deletable are the states DELETE accepts. A sandbox still being created or
@@ -293,34 +294,6 @@ func (s *Server) submitDelete(ctx context.Context, tenantID, id string) (*store.
 			_, err := tx.TransitionSandbox(ctx, tenantID, id, deletable, store.SandboxDeleting, nil)
 			return err
 		})
-}
-
-// notSupported answers lifecycle calls this server cannot do yet, after
-// checking the state so a wrong state is still the 409 the contract promises.
-func (s *Server) notSupported(w http.ResponseWriter, r *http.Request, verb string, from ...store.SandboxState) {
-	sb, err := s.sandbox(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := requireState(sb, from...); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeError(w, r, errdefs.New(errdefs.ErrFailedPrecondition, "%s is not supported by this server yet", verb).
-		WithDetails(map[string]any{"state": string(sb.State)}))
-}
-
-func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
-	s.notSupported(w, r, "pause", store.SandboxRunning)
-}
-
-func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) {
-	s.notSupported(w, r, "suspend", store.SandboxRunning, store.SandboxPaused)
-}
-
-func (s *Server) wakeSandbox(w http.ResponseWriter, r *http.Request) {
-	s.notSupported(w, r, "wake", store.SandboxPaused, store.SandboxSuspended)
 }
 
 // requireState is the 409 (with the current state in details) of a call

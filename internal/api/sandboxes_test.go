@@ -183,15 +183,8 @@ func TestStateConflicts(t *testing.T) {
 	}
 	close(gate)
 	e.alice.WaitOperation(ctx, res.Operation.ID)
-	// Running: pause and suspend are understood but not supported yet (412);
-	// wake of a running sandbox is a state conflict.
+	// Running: wake is a state conflict (lifecycle_test.go covers the rest).
 	var ce *client.Error
-	if _, err := e.alice.PauseSandbox(ctx, id); !errors.As(err, &ce) || ce.Status != 412 {
-		t.Errorf("pause running: %v", err)
-	}
-	if _, err := e.alice.SuspendSandbox(ctx, id); !errors.As(err, &ce) || ce.Status != 412 {
-		t.Errorf("suspend running: %v", err)
-	}
 	if _, err := e.alice.WakeSandbox(ctx, id); !errors.As(err, &ce) || ce.Status != 409 || ce.Details["state"] != "running" {
 		t.Errorf("wake running: %v", err)
 	}

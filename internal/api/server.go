@@ -117,6 +117,8 @@ type Server struct {
 	metrics   *Metrics
 	handler   http.Handler
 	routes    []route
+	// life tracks activity for idle expiry.
+	life *lifecycleState
 	// agentFor, when set (tests), replaces worker.Agent.
 	agentFor func(ctx context.Context, sandboxID string) (guestAgent, error)
 
@@ -162,6 +164,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.buildLogs = &buildLogs{dir: s.templates.LogDir}
 	s.ops.Register(store.OpCreate, s.runCreate)
 	s.ops.Register(store.OpDelete, s.runDelete)
+	s.life = newLifecycleState()
+	s.registerLifecycle()
 	s.ops.Register(store.OpTemplateBuild, s.runTemplateBuild)
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
@@ -223,6 +227,11 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/sandboxes/{id}/suspend", auth: authTenant, h: s.suspendSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/wake", auth: authTenant, h: s.wakeSandbox},
 		{pattern: "POST /v1/sandboxes/{id}/keep", auth: authTenant, h: s.keepSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/restore", auth: authTenant, h: s.restoreSandbox},
+		{pattern: "POST /v1/sandboxes/{id}/checkpoints", auth: authTenant, h: s.createCheckpoint},
+		{pattern: "GET /v1/sandboxes/{id}/checkpoints", auth: authTenant, h: s.listCheckpoints},
+		{pattern: "GET /v1/checkpoints/{ckpt}", auth: authTenant, h: s.getCheckpoint},
+		{pattern: "DELETE /v1/checkpoints/{ckpt}", auth: authTenant, h: s.deleteCheckpoint},
 		{pattern: "PUT /v1/sandboxes/{id}/network", auth: authTenant, h: s.putNetwork},
 		{pattern: "GET /v1/sandboxes/{id}/network/log", auth: authTenant, h: s.networkLog},
 

@@ -95,6 +95,8 @@ type Sandbox struct {
 	CreatedAt      time.Time         `json:"created_at"`
 	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
 	LastError      *OpError          `json:"last_error,omitempty"`
+	// Usage is set by GET /v1/sandboxes/{id} only.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.

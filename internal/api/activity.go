@@ -1,0 +1,149 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// activityFlush is how stale the store's last_activity_at may get before a
+// touch writes it: activity is kept in memory between writes, so busy
+// sandboxes do not cost a write per request, and a restart loses at most
+// this much of it.
+const activityFlush = 30 * time.Second
+
+// idleRetry is how long idle expiry waits before it submits another suspend
+// for a sandbox whose last one did not take it out of running or paused.
+const idleRetry = time.Minute
+
+// lifecycleState is the in-memory part of idle expiry: the newest activity
+// of each sandbox, the event streams attached to it now (a sandbox with an
+// attached stream is never idle), and the idle suspends submitted.
+type lifecycleState struct {
+	mu       sync.Mutex
+	last     map[string]time.Time
+	flushed  map[string]time.Time
+	streams  map[string]int
+	idleSubs map[string]time.Time
+}
+
+func newLifecycleState() *lifecycleState {
+	return &lifecycleState{last: map[string]time.Time{}, flushed: map[string]time.Time{},
+		streams: map[string]int{}, idleSubs: map[string]time.Time{}}
+}
+
+// touch records command or stream activity on a sandbox.
+func (s *Server) touch(ctx context.Context, sandboxID string) {
+	now := time.Now().UTC()
+	l := s.life
+	l.mu.Lock()
+	l.last[sandboxID] = now
+	flush := now.Sub(l.flushed[sandboxID]) >= activityFlush
+	if flush {
+		l.flushed[sandboxID] = now
+	}
+	l.mu.Unlock()
+	if !flush {
+		return
+	}
+	_, err := s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sandboxID, nil, "", func(sb *store.Sandbox) error {
+		if sb.LastActivityAt.Before(now) {
+			sb.LastActivityAt = now
+		}
+		return nil
+	})
+	if err != nil {
+		s.logger.Warn("record sandbox activity", "sandbox", sandboxID, "err", err)
+	}
+}
+
+// streamAttached counts an event stream attached to a sandbox until the
+// returned func is called.
+func (s *Server) streamAttached(ctx context.Context, sandboxID string) func() {
+	s.touch(ctx, sandboxID)
+	l := s.life
+	l.mu.Lock()
+	l.streams[sandboxID]++
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		if l.streams[sandboxID]--; l.streams[sandboxID] <= 0 {
+			delete(l.streams, sandboxID)
+		}
+		l.mu.Unlock()
+		s.touch(ctx, sandboxID)
+	}
+}
+
+// idleSince returns when a sandbox was last active, and false while a
+// stream is attached to it.
+func (s *Server) idleSince(sb *store.Sandbox) (time.Time, bool) {
+	l := s.life
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.streams[sb.ID] > 0 {
+		return time.Time{}, false
+	}
+	last := sb.LastActivityAt
+	if t := l.last[sb.ID]; t.After(last) {
+		last = t
+	}
+	return last, true
+}
+
+// forget drops what the state keeps of a sandbox that is gone.
+func (l *lifecycleState) forget(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.last, id)
+	delete(l.flushed, id)
+	delete(l.idleSubs, id)
+}
+
+// woke restarts a sandbox's idle period (after wake or restore).
+func (l *lifecycleState) woke(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last[id] = time.Now().UTC()
+	delete(l.idleSubs, id)
+}
+
+// idleStates are the states idle expiry suspends from.
+var idleStates = []store.SandboxState{store.SandboxRunning, store.SandboxPaused}
+
+// expireIdle submits a suspend for a sandbox idle past its
+// idle_timeout_seconds; it returns when the sandbox will be idle long
+// enough, or the zero time.
+func (s *Server) expireIdle(ctx context.Context, sb *store.Sandbox, now time.Time) time.Time {
+	if sb.IdleTimeoutSeconds <= 0 || (sb.State != store.SandboxRunning && sb.State != store.SandboxPaused) {
+		return time.Time{}
+	}
+	since, idle := s.idleSince(sb)
+	if !idle {
+		return now.Add(time.Duration(sb.IdleTimeoutSeconds) * time.Second)
+	}
+	due := since.Add(time.Duration(sb.IdleTimeoutSeconds) * time.Second)
+	if due.After(now) {
+		return due
+	}
+	l := s.life
+	l.mu.Lock()
+	if t, ok := l.idleSubs[sb.ID]; ok && now.Sub(t) < idleRetry {
+		l.mu.Unlock()
+		return t.Add(idleRetry)
+	}
+	l.idleSubs[sb.ID] = now
+	l.mu.Unlock()
+	op, err := s.submitOn(ctx, sb, store.OpSuspend, idleStates, nil)
+	if err != nil {
+		if errdefs.ClassOf(err) != errdefs.ErrConflict {
+			s.logger.Error("idle suspend", "sandbox", sb.ID, "err", err)
+		}
+		return time.Time{}
+	}
+	s.logger.Info("sandbox idle: suspending", "sandbox", sb.ID, "op", op.ID, "idle_since", since)
+	return time.Time{}
+}

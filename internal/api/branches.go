@@ -1,0 +1,92 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// createBranch answers POST /v1/sandboxes with from_checkpoint: a new
+// sandbox whose disk, memory and processes start as they were at the
+// checkpoint (operation type "branch"). Its template and sizes are the
+// checkpoint's: a request naming other sizes, or another template, is 400.
+func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1.CreateSandboxRequest) {
+	ctx := r.Context()
+	f := map[string]string{}
+	if req.VCPUs != 0 || req.MemoryMiB != 0 || req.DiskMiB != 0 {
+		f["from_checkpoint"] = "a branch has the checkpoint's vcpus, memory_mib and disk_mib; leave them out"
+	}
+	if len(f) > 0 {
+		s.writeError(w, r, invalid(f))
+		return
+	}
+	ck, err := s.readyCheckpoint(ctx, req.FromCheckpoint)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if name, _, _ := strings.Cut(req.Template, "@"); req.Template != "" && name != ck.Template {
+		s.writeError(w, r, invalid(map[string]string{"template": "a branch has its checkpoint's template (" + ck.Template + "); leave it out"}))
+		return
+	}
+	v := *req
+	v.Template, v.FromCheckpoint = ck.Template, ""
+	if err := s.validateCreate(&v); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := time.Now().UTC()
+	sb := &store.Sandbox{
+		ID: store.NewID(store.PrefixSandbox), TenantID: ck.TenantID,
+		Template: ck.Template, TemplateDigest: ck.TemplateDigest, State: store.SandboxCreating,
+		VCPUs: ck.VCPUs, MemoryMiB: ck.MemoryMiB, DiskMiB: ck.DiskMiB,
+		Env: v.Env, Metadata: v.Metadata, Worker: s.cfg.WorkerID, Network: v.Network,
+		TimeoutSeconds: v.TimeoutSeconds, IdleTimeoutSeconds: v.IdleTimeoutSeconds,
+		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
+	}
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	if v.TimeoutSeconds > 0 {
+		exp := now.Add(time.Duration(v.TimeoutSeconds) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	raw, _ := json.Marshal(checkpointParams{Checkpoint: ck.ID})
+	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpBranch, Target: sb.ID, Params: raw},
+		func(ctx context.Context, tx store.Store) error { return tx.CreateSandbox(ctx, sb) })
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("sandbox branch submitted", "sandbox", sb.ID, "op", op.ID, "checkpoint", ck.ID)
+	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: toSandbox(sb), Operation: toOperation(op)})
+}
+
+// branchSource is the checkpoint a branch operation starts from.
+func branchSource(op *store.Operation) string {
+	var p checkpointParams
+	_ = json.Unmarshal(op.Params, &p) // written by createBranch
+	return p.Checkpoint
+}
+
+// withUsage is the sandbox with what it occupies on its worker, when the
+// worker can say at once.
+func (s *Server) withUsage(ctx context.Context, sb *store.Sandbox) apiv1.Sandbox {
+	out := toSandbox(sb)
+	if !sb.State.Live() || sb.State == store.SandboxCreating {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if st, err := s.worker.Sandbox(ctx, sb.ID); err == nil {
+		out.Usage = usageOf(st)
+	} else {
+		s.logger.Debug("sandbox usage", "sandbox", sb.ID, "err", err)
+	}
+	return out
+}

@@ -1,0 +1,310 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// checkpointParams is the Params of restore and branch operations.
+type checkpointParams struct {
+	Checkpoint string `json:"checkpoint"`
+}
+
+// checkpointable are the states a checkpoint can be taken in.
+var checkpointable = []store.SandboxState{store.SandboxRunning, store.SandboxPaused}
+
+// maxAncestry bounds the walk up a sandbox's branch lineage.
+const maxAncestry = 32
+
+func toCheckpoint(c *store.Checkpoint) apiv1.Checkpoint {
+	return apiv1.Checkpoint{ID: c.ID, Sandbox: c.SandboxID, Name: c.Name, Parent: c.Parent, State: string(c.State),
+		SizeBytes: c.SizeBytes, CreatedAt: c.CreatedAt.UTC()}
+}
+
+// checkpoint loads the caller's checkpoint with the given id (404 for
+// malformed, unknown and other tenants' ids alike).
+func (s *Server) checkpoint(ctx context.Context, id string) (*store.Checkpoint, error) {
+	if !validID(id, store.PrefixCheckpoint) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "checkpoint %q not found", id)
+	}
+	ck, err := s.store.GetCheckpoint(ctx, principal(ctx).TenantID, id)
+	if err != nil {
+		return nil, notFoundAs(err, "checkpoint", id)
+	}
+	return ck, nil
+}
+
+// readyCheckpoint is checkpoint, with 409 (details.state) unless it is ready.
+func (s *Server) readyCheckpoint(ctx context.Context, id string) (*store.Checkpoint, error) {
+	ck, err := s.checkpoint(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if ck.State != store.CheckpointReady {
+		return nil, errdefs.New(errdefs.ErrConflict, "checkpoint %s is %s", ck.ID, ck.State).
+			WithDetails(map[string]any{"state": string(ck.State)})
+	}
+	return ck, nil
+}
+
+// origin returns the checkpoint a sandbox was last branched from or
+// restored to ("" for none): the newest succeeded branch or restore
+// operation on it says.
+func (s *Server) origin(ctx context.Context, sandboxID string) (string, error) {
+	f := store.OperationFilter{TenantID: store.AnyTenant, Target: sandboxID}
+	f.PageSize = store.MaxPageSize
+	for {
+		page, err := s.store.ListOperations(ctx, f)
+		if err != nil {
+			return "", err
+		}
+		for _, op := range page.Items {
+			if (op.Type == store.OpBranch || op.Type == store.OpRestore) && op.State == store.OpSucceeded {
+				var p checkpointParams
+				if json.Unmarshal(op.Params, &p) == nil {
+					return p.Checkpoint, nil
+				}
+			}
+		}
+		if page.NextPageToken == "" {
+			return "", nil
+		}
+		f.PageToken = page.NextPageToken
+	}
+}
+
+// inLineage reports whether ck was taken of sandboxID or of a sandbox it
+// descends from by branches.
+func (s *Server) inLineage(ctx context.Context, sandboxID string, ck *store.Checkpoint) (bool, error) {
+	id := sandboxID
+	for range maxAncestry {
+		if ck.SandboxID == id {
+			return true, nil
+		}
+		from, err := s.origin(ctx, id)
+		if err != nil || from == "" {
+			return false, err
+		}
+		parent, err := s.store.GetCheckpoint(ctx, store.AnyTenant, from)
+		if errdefs.ClassOf(err) == errdefs.ErrNotFound {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		id = parent.SandboxID
+	}
+	return false, nil
+}
+
+func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.CreateCheckpointRequest
+	if err := decodeJSON(r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Name != "" && !metadataKeyRE.MatchString(req.Name) {
+		s.writeError(w, r, invalid(map[string]string{"name": "1-63 characters of letters, digits and _ . - /"}))
+		return
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := requireState(sb, checkpointable...); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	parent, err := s.origin(ctx, sb.ID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ck := &store.Checkpoint{ID: store.NewID(store.PrefixCheckpoint), TenantID: sb.TenantID, SandboxID: sb.ID,
+		Name: req.Name, Parent: parent, State: store.CheckpointCreating, Template: sb.Template,
+		TemplateDigest: sb.TemplateDigest, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, DiskMiB: sb.DiskMiB,
+		Worker: sb.Worker, CreatedAt: time.Now().UTC()}
+	raw, _ := json.Marshal(checkpointParams{Checkpoint: ck.ID})
+	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpCheckpoint, Target: sb.ID, Params: raw},
+		func(ctx context.Context, tx store.Store) error {
+			cur, err := tx.GetSandbox(ctx, sb.TenantID, sb.ID)
+			if err != nil {
+				return err
+			}
+			if err := requireState(cur, checkpointable...); err != nil {
+				return err
+			}
+			return tx.CreateCheckpoint(ctx, ck)
+		})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("checkpoint submitted", "sandbox", sb.ID, "checkpoint", ck.ID, "op", op.ID)
+	writeJSON(w, http.StatusAccepted, apiv1.CheckpointAndOperation{Checkpoint: toCheckpoint(ck), Operation: toOperation(op)})
+}
+
+// runCheckpoint is the "checkpoint" operation: the worker keeps the
+// sandbox's state under the checkpoint's id; the sandbox keeps its state.
+func (s *Server) runCheckpoint(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
+	var p checkpointParams
+	if err := json.Unmarshal(op.Params, &p); err != nil || p.Checkpoint == "" {
+		return nil, fmt.Errorf("checkpoint operation %s without a checkpoint: %w", op.ID, errdefs.ErrInternal)
+	}
+	log := s.logger.With("op", op.ID, "sandbox", op.Target, "checkpoint", p.Checkpoint)
+	fail := func(err error) (any, error) {
+		if _, uerr := s.store.UpdateCheckpoint(context.WithoutCancel(ctx), p.Checkpoint, []store.CheckpointState{store.CheckpointCreating},
+			func(c *store.Checkpoint) error { c.State = store.CheckpointFailed; return nil }); uerr != nil {
+			log.Error("mark checkpoint failed", "err", uerr)
+		}
+		return nil, err
+	}
+	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
+	if err != nil {
+		return fail(err)
+	}
+	if err := requireState(sb, checkpointable...); err != nil {
+		return fail(err)
+	}
+	report(ctx, "copying", 30)
+	st, err := s.worker.Checkpoint(ctx, sb.ID, p.Checkpoint)
+	if err != nil {
+		log.Warn("checkpoint failed", "err", causeString(err))
+		return fail(err)
+	}
+	ck, err := s.store.UpdateCheckpoint(context.WithoutCancel(ctx), p.Checkpoint, []store.CheckpointState{store.CheckpointCreating},
+		func(c *store.Checkpoint) error {
+			c.State, c.SizeBytes = store.CheckpointReady, st.SizeBytes
+			return nil
+		})
+	if err != nil {
+		// The record went away (deleted while being made): drop the files.
+		if derr := s.worker.DeleteCheckpoint(context.WithoutCancel(ctx), p.Checkpoint); derr != nil {
+			log.Error("drop checkpoint files", "err", derr)
+		}
+		return nil, err
+	}
+	log.Info("checkpoint ready", "paused", st.Paused, "size_bytes", st.SizeBytes)
+	return toCheckpoint(ck), nil
+}
+
+func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+	pr, err := pageRequest(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.store.ListCheckpoints(r.Context(), store.CheckpointFilter{TenantID: sb.TenantID, SandboxID: sb.ID, PageRequest: pr})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.CheckpointList{Checkpoints: []apiv1.Checkpoint{}, NextPageToken: page.NextPageToken}
+	for _, c := range page.Items {
+		out.Checkpoints = append(out.Checkpoints, toCheckpoint(c))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
+	ck, err := s.checkpoint(r.Context(), r.PathValue("ckpt"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toCheckpoint(ck))
+}
+
+// deleteCheckpoint removes a checkpoint's files and record at once (204).
+// Sandboxes branched from or restored to it keep working: they own their
+// copies. A checkpoint still being made is 409.
+func (s *Server) deleteCheckpoint(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	ck, err := s.checkpoint(ctx, r.PathValue("ckpt"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if ck.State == store.CheckpointCreating {
+		s.writeError(w, r, errdefs.New(errdefs.ErrConflict, "checkpoint %s is %s", ck.ID, ck.State).
+			WithDetails(map[string]any{"state": string(ck.State)}))
+		return
+	}
+	if err := s.worker.DeleteCheckpoint(ctx, ck.ID); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.store.DeleteCheckpoint(ctx, ck.TenantID, ck.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("checkpoint deleted", "checkpoint", ck.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
+	var req apiv1.RestoreRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Checkpoint == "" {
+		s.writeError(w, r, invalid(map[string]string{"checkpoint": "required"}))
+		return
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	ck, err := s.readyCheckpoint(ctx, req.Checkpoint)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ok, err := s.inLineage(ctx, sb.ID, ck)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !ok {
+		s.writeError(w, r, invalid(map[string]string{"checkpoint": "must be a checkpoint of this sandbox or of a sandbox it was branched from"}))
+		return
+	}
+	s.submitTransition(w, r, store.OpRestore, restoreTransition, checkpointParams{Checkpoint: ck.ID})
+}
+
+// restoreOnWorker is the worker's part of a restore; commands the restored
+// guest does not know end "lost", those it saw end get their real exit.
+func (s *Server) restoreOnWorker(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+	var p checkpointParams
+	if err := json.Unmarshal(op.Params, &p); err != nil || p.Checkpoint == "" {
+		return worker.SandboxStatus{}, fmt.Errorf("restore operation %s without a checkpoint: %w", op.ID, errdefs.ErrInternal)
+	}
+	if _, err := s.store.GetCheckpoint(ctx, store.AnyTenant, p.Checkpoint); err != nil {
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrNotFound, "checkpoint %s no longer exists", p.Checkpoint).WithCause(err)
+	}
+	st, err := s.worker.RestoreCheckpoint(ctx, op.Target, p.Checkpoint)
+	if err != nil {
+		return st, err
+	}
+	s.syncCommands(ctx, op.Target)
+	return st, nil
+}

@@ -1,0 +1,277 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// A lifecycle operation moves a sandbox from one of its from states through
+// a transitional state (via) to its end state while the worker acts. The
+// state is checked twice: at the edge, for a prompt 409, and when the
+// operation starts, because the engine runs the operations of one sandbox
+// one after another and an earlier one may have moved it meanwhile.
+type transition struct {
+	step string
+	from []store.SandboxState
+	via  store.SandboxState
+	to   store.SandboxState
+	// failOnDataLoss: a data_loss error means the sandbox's state is gone
+	// (wake), rather than that the input was bad and the sandbox untouched
+	// (restore).
+	failOnDataLoss bool
+}
+
+var (
+	pauseTransition = transition{step: "pausing", from: []store.SandboxState{store.SandboxRunning},
+		via: store.SandboxPausing, to: store.SandboxPaused}
+	suspendTransition = transition{step: "suspending", from: []store.SandboxState{store.SandboxRunning, store.SandboxPaused},
+		via: store.SandboxSuspending, to: store.SandboxSuspended}
+	wakeTransition = transition{step: "waking", from: []store.SandboxState{store.SandboxPaused, store.SandboxSuspended},
+		via: store.SandboxWaking, to: store.SandboxRunning, failOnDataLoss: true}
+	// A restore replaces the VM; the sandbox shows waking meanwhile.
+	restoreTransition = transition{step: "restoring", from: []store.SandboxState{store.SandboxRunning, store.SandboxPaused, store.SandboxSuspended},
+		via: store.SandboxWaking, to: store.SandboxRunning}
+)
+
+// registerLifecycle registers the lifecycle operation handlers.
+func (s *Server) registerLifecycle() {
+	s.ops.Register(store.OpPause, s.runTransition(pauseTransition, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+		return s.worker.PauseSandbox(ctx, op.Target)
+	}))
+	s.ops.Register(store.OpSuspend, s.runTransition(suspendTransition, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+		return s.worker.SuspendSandbox(ctx, op.Target)
+	}))
+	s.ops.Register(store.OpWake, s.runTransition(wakeTransition, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+		return s.worker.WakeSandbox(ctx, op.Target)
+	}))
+	s.ops.Register(store.OpRestore, s.runTransition(restoreTransition, s.restoreOnWorker))
+	s.ops.Register(store.OpCheckpoint, s.runCheckpoint)
+	s.ops.Register(store.OpBranch, s.runCreate)
+}
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	s.submitTransition(w, r, store.OpPause, pauseTransition, nil)
+}
+
+func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) {
+	s.submitTransition(w, r, store.OpSuspend, suspendTransition, nil)
+}
+
+func (s *Server) wakeSandbox(w http.ResponseWriter, r *http.Request) {
+	s.submitTransition(w, r, store.OpWake, wakeTransition, nil)
+}
+
+// submitTransition answers a lifecycle call: 409 with the current state
+// when the sandbox is in none of t.from, else 202 with the operation.
+func (s *Server) submitTransition(w http.ResponseWriter, r *http.Request, typ store.OperationType, t transition, params any) {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	op, err := s.submitOn(r.Context(), sb, typ, t.from, params)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("sandbox "+string(typ)+" submitted", "sandbox", sb.ID, "op", op.ID)
+	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
+}
+
+// submitOn submits an operation on sb after checking, in the same
+// transaction, that it is in one of from.
+func (s *Server) submitOn(ctx context.Context, sb *store.Sandbox, typ store.OperationType, from []store.SandboxState, params any) (*store.Operation, error) {
+	op := &store.Operation{TenantID: sb.TenantID, Type: typ, Target: sb.ID}
+	if params != nil {
+		raw, err := json.Marshal(params)
+		if err != nil {
+			return nil, err
+		}
+		op.Params = raw
+	}
+	return s.ops.Submit(ctx, op, func(ctx context.Context, tx store.Store) error {
+		cur, err := tx.GetSandbox(ctx, sb.TenantID, sb.ID)
+		if err != nil {
+			return err
+		}
+		return requireState(cur, from...)
+	})
+}
+
+// runTransition is the operation handler of t: it moves the sandbox to
+// t.via, lets act do the worker's part, and moves it to t.to; when act fails
+// the sandbox takes the state the worker reports (see settle).
+func (s *Server) runTransition(t transition, act func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error)) operation.Handler {
+	return func(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
+		log := s.logger.With("op", op.ID, "sandbox", op.Target)
+		sb, err := s.store.TransitionSandbox(ctx, store.AnyTenant, op.Target, t.from, t.via, nil)
+		if err != nil {
+			return nil, err
+		}
+		report(ctx, t.step, 20)
+		st, werr := act(ctx, op)
+		if werr != nil {
+			log.Warn("sandbox "+string(op.Type)+" failed", "err", causeString(werr))
+			s.settle(ctx, sb.ID, t, werr)
+			return nil, werr
+		}
+		sb, err = s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sb.ID,
+			[]store.SandboxState{t.via}, t.to, func(sb *store.Sandbox) error {
+				if t.to == store.SandboxRunning {
+					// A woken sandbox starts a fresh idle period.
+					sb.LastActivityAt = time.Now().UTC()
+					sb.Template, sb.VCPUs, sb.MemoryMiB = orStr(st.Spec.Template, sb.Template), orInt(st.Spec.VCPUs, sb.VCPUs), orInt(st.Spec.MemoryMiB, sb.MemoryMiB)
+				}
+				return nil
+			})
+		if err != nil {
+			return nil, err
+		}
+		if t.to == store.SandboxRunning {
+			s.life.woke(sb.ID)
+		}
+		log.Info("sandbox " + string(sb.State))
+		out := toSandbox(sb)
+		out.Usage = usageOf(st)
+		return out, nil
+	}
+}
+
+func orStr(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func orInt(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// settle moves a sandbox whose lifecycle call failed out of t.via: to
+// failed (its VM torn down, commands lost) when the worker no longer has a
+// VM for it, to failed with the files kept for inspection on data loss at
+// wake, and otherwise to the state the worker reports.
+func (s *Server) settle(ctx context.Context, id string, t transition, cause error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	log := s.logger.With("sandbox", id)
+	if t.failOnDataLoss && errdefs.ClassOf(cause) == errdefs.ErrDataLoss {
+		// The worker keeps the damaged snapshot until the sandbox is deleted.
+		s.endCommands(ctx, id, agentproto.ReasonLost, nil)
+		if _, err := s.store.TransitionSandbox(ctx, store.AnyTenant, id, []store.SandboxState{t.via}, store.SandboxFailed,
+			func(sb *store.Sandbox) error {
+				sb.LastError = operation.PublicError(cause)
+				return nil
+			}); err != nil {
+			log.Error("mark sandbox failed", "err", err)
+		}
+		return
+	}
+	s.settleTo(ctx, id, t.via)
+}
+
+// settleTo moves a sandbox from state via to what the worker reports of it.
+func (s *Server) settleTo(ctx context.Context, id string, via store.SandboxState) {
+	log := s.logger.With("sandbox", id)
+	st, err := s.worker.Sandbox(ctx, id)
+	to := storeState(st.State)
+	if err != nil || to == "" {
+		log.Warn("sandbox VM is gone", "err", err, "vm_state", st.State)
+		s.failSandbox(ctx, id, errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly"), via)
+		return
+	}
+	if _, err := s.store.TransitionSandbox(ctx, store.AnyTenant, id, []store.SandboxState{via}, to, nil); err != nil {
+		log.Error("settle sandbox state", "to", to, "err", err)
+		return
+	}
+	log.Info("sandbox state settled from the worker", "from", via, "to", to)
+}
+
+// storeState is the sandbox state of a worker VM state ("" for a VM that
+// is gone).
+func storeState(vm string) store.SandboxState {
+	switch vm {
+	case worker.VMRunning:
+		return store.SandboxRunning
+	case worker.VMPaused:
+		return store.SandboxPaused
+	case worker.VMSuspended:
+		return store.SandboxSuspended
+	}
+	return ""
+}
+
+// usageOf is the usage a worker reports of a sandbox.
+func usageOf(st worker.SandboxStatus) *apiv1.Usage {
+	return &apiv1.Usage{MemoryBytes: st.MemoryBytes, DiskBytes: st.DiskBytes, SnapshotBytes: st.SnapshotBytes}
+}
+
+// syncCommands makes the running commands of a sandbox whose guest was
+// replaced (restore) agree with the new guest: those it does not know end
+// "lost" (an exit the API does not invent: the process is really gone), and
+// those it saw exit get their real exit. Commands not yet started stay.
+func (s *Server) syncCommands(ctx context.Context, sandboxID string) {
+	log := s.logger.With("sandbox", sandboxID)
+	ag, err := s.agent(ctx, sandboxID)
+	if err != nil {
+		log.Warn("sync commands: no agent", "err", err)
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := ag.List(lctx)
+	cancel()
+	if err != nil {
+		log.Warn("sync commands: list processes", "err", err)
+		return
+	}
+	procs := map[string]agentproto.ProcessInfo{}
+	for _, p := range list {
+		procs[p.ID] = p
+	}
+	f := store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}
+	f.PageSize = store.MaxPageSize
+	now := time.Now().UTC()
+	for {
+		page, err := s.store.ListCommands(ctx, f)
+		if err != nil {
+			log.Error("sync commands: list", "err", err)
+			return
+		}
+		for _, c := range page.Items {
+			if c.State != store.CommandRunning {
+				continue
+			}
+			p, known := procs[c.ID]
+			switch {
+			case known && p.Exit != nil:
+				s.recordExit(ctx, c.ID, p.Exit, p.LastSeq)
+			case !known:
+				raw, _ := json.Marshal(commandExit{ExitStatus: apiv1.ExitStatus{Reason: agentproto.ReasonLost, EndedAt: &now}})
+				if _, err := s.store.UpdateCommand(context.WithoutCancel(ctx), c.ID, []store.CommandState{store.CommandRunning},
+					func(c *store.Command) error {
+						c.State, c.Exit = store.CommandExited, raw
+						return nil
+					}); err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+					log.Error("sync commands: end", "command", c.ID, "err", err)
+				}
+			}
+		}
+		if page.NextPageToken == "" {
+			return
+		}
+		f.PageToken = page.NextPageToken
+	}
+}
