@@ -40,6 +40,13 @@ Every command accepts --json.
   space files put ID LOCAL REMOTE [--mode 0644]
   space files get ID REMOTE [LOCAL]
   space files ls ID PATH
+  space template build NAME (--from-oci PATH | --image REF | --from-rootfs PATH |
+                       --debian SUITE [--package P]... [--script FILE] | --recipe FILE)
+                       [--vcpus N] [--memory-mib N] [--disk-mib N] [--env K=V]...
+                       [--workdir DIR] [--user U] [--no-cache] [--no-wait]
+  space template list
+  space template get NAME[@sha256:DIGEST]
+  space template delete NAME[@sha256:DIGEST] [--force]
   space op get ID
   space op wait ID
   space admin tenant create NAME
@@ -129,6 +136,14 @@ func dispatch(ctx context.Context, args []string, env *Env) error {
 		return filesGet(ctx, args[2:], env)
 	case "files ls", "files list":
 		return filesLs(ctx, args[2:], env)
+	case "template build":
+		return templateBuild(ctx, args[2:], env)
+	case "template list", "template ls":
+		return templateList(ctx, args[2:], env)
+	case "template get":
+		return templateGet(ctx, args[2:], env)
+	case "template delete", "template rm":
+		return templateDelete(ctx, args[2:], env)
 	case "op get":
 		return opGet(ctx, args[2:], env, false)
 	case "op wait":

@@ -1,0 +1,362 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/client"
+	"github.com/space-sandbox/space/internal/template"
+)
+
+// strList is a repeatable string flag.
+type strList []string
+
+func (l *strList) String() string     { return strings.Join(*l, ",") }
+func (l *strList) Set(v string) error { *l = append(*l, v); return nil }
+
+// templateBuild starts a build and follows it: the build log on stdout, a
+// progress bar on stderr each time the progress changes.
+func templateBuild(ctx context.Context, args []string, env *Env) error {
+	fs := flag.NewFlagSet("template build", flag.ContinueOnError)
+	fromOCI := fs.String("from-oci", "", "OCI image layout dir or docker-save/OCI tar on the server host")
+	image := fs.String("image", "", "registry image reference (oci)")
+	fromRootfs := fs.String("from-rootfs", "", "rootfs tar or directory on the server host")
+	suite := fs.String("debian", "", "Debian suite to build with mmdebstrap (e.g. bookworm)")
+	var packages strList
+	fs.Var(&packages, "package", "Debian package to install (repeatable)")
+	script := fs.String("script", "", "file with a setup script run in the image (admin keys only)")
+	recipe := fs.String("recipe", "", "JSON recipe file (the POST /v1/templates body, e.g. templates/python.json)")
+	var d apiv1.TemplateDefaults
+	fs.IntVar(&d.VCPUs, "vcpus", 0, "default vCPUs")
+	fs.IntVar(&d.MemoryMiB, "memory-mib", 0, "default memory in MiB")
+	fs.IntVar(&d.DiskMiB, "disk-mib", 0, "default root disk in MiB")
+	fs.StringVar(&d.Workdir, "workdir", "", "default working directory of commands")
+	fs.StringVar(&d.User, "user", "", "default user of commands")
+	envs := kv{}
+	fs.Var(envs, "env", "K=V default environment (repeatable)")
+	noCache := fs.Bool("no-cache", false, "rebuild even when the inputs are unchanged")
+	noWait := fs.Bool("no-wait", false, "return once the build is accepted")
+	asJSON := fs.Bool("json", false, "print the built template as JSON")
+	pos, _, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 || (len(pos) == 0 && *recipe == "") {
+		return usagef("want template build NAME (--from-oci PATH | --image REF | --from-rootfs PATH | --debian SUITE | --recipe FILE)")
+	}
+	var req apiv1.CreateTemplateRequest
+	sources := 0
+	for _, set := range []bool{*fromOCI != "", *image != "", *fromRootfs != "", *suite != "", *recipe != ""} {
+		if set {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return usagef("give exactly one of --from-oci, --image, --from-rootfs, --debian and --recipe")
+	}
+	abs := func(p string) (string, error) { return filepath.Abs(p) }
+	switch {
+	case *recipe != "":
+		r, err := template.LoadRecipe(*recipe)
+		if err != nil {
+			return err
+		}
+		req = recipeRequest(r)
+	case *fromOCI != "":
+		p, err := abs(*fromOCI)
+		if err != nil {
+			return err
+		}
+		req.Source = apiv1.TemplateSource{Type: template.SourceOCI, Path: p}
+	case *image != "":
+		req.Source = apiv1.TemplateSource{Type: template.SourceOCI, Image: *image}
+	case *fromRootfs != "":
+		p, err := abs(*fromRootfs)
+		if err != nil {
+			return err
+		}
+		req.Source = apiv1.TemplateSource{Type: template.SourceRootfs, Path: p}
+	case *suite != "":
+		req.Source = apiv1.TemplateSource{Type: template.SourceDebian, Suite: *suite, Packages: packages}
+	}
+	if *script != "" {
+		if req.Source.Type != template.SourceDebian {
+			return usagef("--script goes with --debian or a debian recipe")
+		}
+		b, err := os.ReadFile(*script)
+		if err != nil {
+			return err
+		}
+		req.Source.Script = string(b)
+	}
+	if len(pos) == 1 {
+		req.Name = pos[0]
+	}
+	if len(envs) > 0 {
+		d.Env = envs
+	}
+	if d.VCPUs != 0 || d.MemoryMiB != 0 || d.DiskMiB != 0 || d.Workdir != "" || d.User != "" || d.Env != nil {
+		if req.Defaults == nil {
+			req.Defaults = &apiv1.TemplateDefaults{}
+		}
+		mergeDefaults(req.Defaults, d)
+	}
+	req.NoCache = *noCache
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	res, err := c.BuildTemplate(ctx, req)
+	if err != nil {
+		return err
+	}
+	if *noWait {
+		if *asJSON {
+			return printJSON(env.Stdout, res)
+		}
+		fmt.Fprintf(env.Stdout, "building %s (%s), operation %s\n", req.Name, res.Template.ID, res.Operation.ID)
+		return nil
+	}
+	logOut := env.Stdout
+	if *asJSON {
+		logOut = env.Stderr
+	}
+	op, err := followBuild(ctx, c, req.Name, res.Operation.ID, logOut, env.Stderr)
+	if err != nil {
+		return err
+	}
+	if op.State != apiv1.OpSucceeded {
+		msg := string(op.State)
+		if op.Error != nil {
+			msg += ": " + op.Error.Code + ": " + op.Error.Message
+		}
+		return fmt.Errorf("build of %s %s", req.Name, msg)
+	}
+	t, err := c.GetTemplate(ctx, req.Name)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.Stdout, t)
+	}
+	fmt.Fprintf(env.Stdout, "built %s@%s (%s)\n", t.Name, t.Digest, mib(t.SizeBytes))
+	return nil
+}
+
+func recipeRequest(r template.BuildRequest) apiv1.CreateTemplateRequest {
+	s := r.Source
+	out := apiv1.CreateTemplateRequest{Name: r.Name, NoCache: r.NoCache, Source: apiv1.TemplateSource{Type: s.Type,
+		Path: s.Path, Image: s.Image, Suite: s.Suite, Variant: s.Variant, Packages: s.Packages, Script: s.Script}}
+	d := r.Defaults
+	out.Defaults = &apiv1.TemplateDefaults{VCPUs: d.Vcpus, MemoryMiB: d.MemoryMiB, DiskMiB: d.DiskMiB, Env: d.Env,
+		Workdir: d.Workdir, User: d.User, StartCommand: d.StartCommand, ReadyCommand: d.ReadyCommand}
+	return out
+}
+
+// mergeDefaults sets in dst what the flags in src say.
+func mergeDefaults(dst *apiv1.TemplateDefaults, src apiv1.TemplateDefaults) {
+	if src.VCPUs != 0 {
+		dst.VCPUs = src.VCPUs
+	}
+	if src.MemoryMiB != 0 {
+		dst.MemoryMiB = src.MemoryMiB
+	}
+	if src.DiskMiB != 0 {
+		dst.DiskMiB = src.DiskMiB
+	}
+	if src.Workdir != "" {
+		dst.Workdir = src.Workdir
+	}
+	if src.User != "" {
+		dst.User = src.User
+	}
+	for k, v := range src.Env {
+		if dst.Env == nil {
+			dst.Env = map[string]string{}
+		}
+		dst.Env[k] = v
+	}
+}
+
+// followBuild prints a build's log until its end and a progress bar on
+// each change of the operation's progress; it returns the finished
+// operation. A dropped log stream is reattached where it broke.
+func followBuild(ctx context.Context, c *client.Client, name, opID string, logOut, barOut io.Writer) (*apiv1.Operation, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	progress := make(chan apiv1.Operation, 1)
+	go func() {
+		defer close(progress)
+		var last apiv1.Progress
+		for ctx.Err() == nil {
+			op, err := c.GetOperation(ctx, opID, 0)
+			if err == nil && op.Progress != nil && *op.Progress != last {
+				last = *op.Progress
+				select {
+				case progress <- *op:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err == nil && op.Done() {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond): // progress has no push channel: poll
+			}
+		}
+	}()
+	lines := make(chan error, 1)
+	go func() {
+		var after uint64
+		for attempt := 0; ; attempt++ {
+			st, err := c.BuildLog(ctx, name, opID, after)
+			if err != nil {
+				lines <- err
+				return
+			}
+			for {
+				ev, err := st.Next()
+				after = st.Last
+				if err == nil && ev.Type == apiv1.BuildLogEnd {
+					st.Close()
+					lines <- nil
+					return
+				}
+				if err != nil {
+					st.Close()
+					if attempt >= 5 || ctx.Err() != nil {
+						lines <- err
+						return
+					}
+					break
+				}
+				if ev.Data != nil {
+					io.WriteString(logOut, *ev.Data)
+				} else {
+					logOut.Write(ev.DataB64)
+				}
+			}
+		}
+	}()
+	var logErr error
+	logDone := false
+	for !logDone {
+		select {
+		case op, ok := <-progress:
+			if !ok {
+				progress = nil
+				continue
+			}
+			fmt.Fprintln(barOut, bar(op.Progress.Percent, op.Progress.Step))
+		case logErr = <-lines:
+			logDone = true
+		}
+	}
+	op, err := c.WaitOperation(ctx, opID)
+	if err != nil {
+		return nil, errors.Join(err, logErr)
+	}
+	if op.State == apiv1.OpSucceeded {
+		fmt.Fprintln(barOut, bar(100, "done"))
+	}
+	return op, nil
+}
+
+// bar renders a progress bar: [##########----------]  50% step
+func bar(percent int, step string) string {
+	const width = 30
+	n := min(max(percent, 0), 100) * width / 100
+	return fmt.Sprintf("[%s%s] %3d%% %s", strings.Repeat("#", n), strings.Repeat("-", width-n), percent, step)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
+
+func templateList(ctx context.Context, args []string, env *Env) error {
+	fs := flag.NewFlagSet("template list", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no positional arguments"); err != nil {
+		return err
+	}
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	list, err := c.Templates(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.Stdout, list)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDIGEST\tSTATE\tSIZE\tSCOPE\tCREATED")
+	for _, t := range list.Templates {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, shortDigest(t.Digest), t.State, mib(t.SizeBytes),
+			t.Scope, t.CreatedAt.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+func shortDigest(d string) string {
+	if len(d) > len("sha256:")+12 {
+		return d[:len("sha256:")+12]
+	}
+	if d == "" {
+		return "-"
+	}
+	return d
+}
+
+func templateGet(ctx context.Context, args []string, env *Env) error {
+	fs := flag.NewFlagSet("template get", flag.ContinueOnError)
+	fs.Bool("json", true, "print JSON (always)")
+	pos, _, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "template get NAME[@sha256:DIGEST]"); err != nil {
+		return err
+	}
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	t, err := c.GetTemplate(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	return printJSON(env.Stdout, t)
+}
+
+func templateDelete(ctx context.Context, args []string, env *Env) error {
+	fs := flag.NewFlagSet("template delete", flag.ContinueOnError)
+	force := fs.Bool("force", false, "delete even while sandboxes or checkpoints use it")
+	fs.Bool("json", false, "accepted for symmetry; prints nothing")
+	pos, _, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, "template delete NAME[@sha256:DIGEST]"); err != nil {
+		return err
+	}
+	c, err := env.client()
+	if err != nil {
+		return err
+	}
+	return c.DeleteTemplate(ctx, pos[0], *force)
+}
