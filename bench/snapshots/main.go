@@ -36,12 +36,18 @@ func main() {
 	dataDir := flag.String("data-dir", "", "data dir (default: a temporary one, removed after)")
 	accel := flag.String("accel", "auto", "auto, kvm or tcg")
 	cold := flag.Bool("cold", true, "measure cold boot too (slow)")
+	verbose := flag.Bool("v", false, "debug logs (phase timings) on stderr")
 	flag.Parse()
+	if *verbose {
+		logLevel = slog.LevelDebug
+	}
 	if err := run(*runs, *agent, *dataDir, *accel, *cold); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
 		os.Exit(1)
 	}
 }
+
+var logLevel = slog.LevelWarn
 
 type bench struct {
 	ctx  context.Context
@@ -51,7 +57,7 @@ type bench struct {
 
 func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
 	if dataDir == "" {
 		tmp, err := os.MkdirTemp("", "space-bench-")
 		if err != nil {
@@ -150,10 +156,17 @@ func (b *bench) createToFirst(w *local.Worker, name string, mem int) (stats.Seri
 		if err != nil {
 			return s, err
 		}
+		tc := time.Since(t0)
 		if err := runTrue(b.ctx, c, "first"); err != nil {
 			return s, err
 		}
 		s.AddDuration(time.Since(t0))
+		if logLevel == slog.LevelDebug {
+			fmt.Fprintf(os.Stderr, "%s: create %v, first command %v\n", id, tc, time.Since(t0)-tc)
+			t1 := time.Now()
+			_ = runTrue(b.ctx, c, "second")
+			fmt.Fprintf(os.Stderr, "%s: second command %v\n", id, time.Since(t1))
+		}
 		if err := w.DeleteSandbox(b.ctx, id); err != nil {
 			return s, err
 		}

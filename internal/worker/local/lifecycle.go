@@ -114,12 +114,28 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 	}
 	started := time.Now()
 	snap := sb.path(suspendDir)
-	m, err := verifySnapshot(ctx, snap)
+	m, err := readManifest(snap)
 	if err != nil {
 		w.log.Error("suspend snapshot failed verification", "sandbox", id, "err", causeOf(err))
 		return worker.SandboxStatus{}, err
 	}
-	if err := w.restoreInto(ctx, sb, snap, m, true); err != nil {
+	// The checksums (sha256, SHA-NI on this hardware) are verified while
+	// the VMM starts and loads the device state, which takes about as long;
+	// restoreInto waits for the verdict before it resumes a vCPU, so a
+	// damaged snapshot never runs. Reflink clones share the extents read
+	// here, so what is verified is what the VM gets.
+	verified := make(chan error, 1)
+	vctx, cancelVerify := context.WithCancel(ctx)
+	defer cancelVerify()
+	go func() { verified <- verifyFiles(vctx, snap, m) }()
+	beforeResume := func() error {
+		if err := <-verified; err != nil {
+			w.log.Error("suspend snapshot failed verification", "sandbox", id, "err", causeOf(err))
+			return err
+		}
+		return nil
+	}
+	if err := w.restoreIntoChecked(ctx, sb, snap, m, true, beforeResume); err != nil {
 		sb.mu.Lock()
 		sb.suspended = true
 		sb.mu.Unlock()
@@ -280,6 +296,13 @@ func (w *Worker) undoSnapshotPause(ctx context.Context, sb *sandbox, thaw, wasPa
 // filesystems (frozen at a suspend) are thawed. The caller configures the
 // agent. On error no VM is left and sb's live files are removed.
 func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m manifest, thaw bool) (err error) {
+	return w.restoreIntoChecked(ctx, sb, snap, m, thaw, nil)
+}
+
+// restoreIntoChecked is restoreInto that runs beforeResume (if set) once the
+// VM is restored and still paused; its error abandons the VM.
+func (w *Worker) restoreIntoChecked(ctx context.Context, sb *sandbox, snap string, m manifest, thaw bool,
+	beforeResume func() error) (err error) {
 	r, ok := w.cfg.Driver.(vmm.Restorer)
 	if !ok {
 		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker's VMM cannot restore snapshots")
@@ -307,6 +330,11 @@ func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m ma
 	tClone = time.Since(t0)
 	vm, err := r.Restore(ctx, w.bootSpec(sb, m.VCPUs, m.MemoryMiB), snap)
 	if err != nil {
+		if beforeResume != nil {
+			if verr := beforeResume(); verr != nil {
+				return verr // a damaged snapshot explains the failed restore
+			}
+		}
 		return fmt.Errorf("restore vm: %w", err)
 	}
 	tRestore = time.Since(t0) - tClone
@@ -316,6 +344,12 @@ func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m ma
 	sb.mu.Lock()
 	sb.paused = true
 	sb.mu.Unlock()
+	if beforeResume != nil {
+		if err := beforeResume(); err != nil {
+			w.abandonVM(ctx, sb, false)
+			return err
+		}
+	}
 	if err := w.resume(ctx, sb); err != nil {
 		w.abandonVM(ctx, sb, false)
 		return err

@@ -73,6 +73,15 @@ func sealSnapshot(ctx context.Context, dir string, m manifest) error {
 // verifySnapshot reads dir's manifest and checks every file it lists. A
 // missing manifest or file, or a checksum mismatch, wraps ErrDataLoss.
 func verifySnapshot(ctx context.Context, dir string) (manifest, error) {
+	m, err := readManifest(dir)
+	if err != nil {
+		return m, err
+	}
+	return m, verifyFiles(ctx, dir, m)
+}
+
+// readManifest reads dir's manifest without checking the files.
+func readManifest(dir string) (manifest, error) {
 	var m manifest
 	if err := readJSON(filepath.Join(dir, manifestFile), &m); err != nil {
 		return m, dataLoss("snapshot manifest unreadable", err)
@@ -80,6 +89,11 @@ func verifySnapshot(ctx context.Context, dir string) (manifest, error) {
 	if len(m.Files) == 0 || m.Files[memFile].Size == 0 || m.Files[diskFile].Size == 0 {
 		return m, dataLoss("snapshot manifest incomplete", nil)
 	}
+	return m, nil
+}
+
+// verifyFiles checks every file m lists in dir against its checksum.
+func verifyFiles(ctx context.Context, dir string, m manifest) error {
 	names := make([]string, 0, len(m.Files))
 	for n := range m.Files {
 		names = append(names, n)
@@ -89,15 +103,15 @@ func verifySnapshot(ctx context.Context, dir string) (manifest, error) {
 		got, err := fileDigest(ctx, filepath.Join(dir, n))
 		if err != nil {
 			if errors.Is(err, errdefs.ErrCancelled) {
-				return m, err
+				return err
 			}
-			return m, dataLoss("snapshot file "+n+" unreadable", err)
+			return dataLoss("snapshot file "+n+" unreadable", err)
 		}
 		if got != m.Files[n] {
-			return m, dataLoss("snapshot file "+n+" does not match its checksum", nil)
+			return dataLoss("snapshot file "+n+" does not match its checksum", nil)
 		}
 	}
-	return m, nil
+	return nil
 }
 
 func dataLoss(what string, cause error) error {
