@@ -26,6 +26,14 @@ type checkpoint struct {
 
 var _ worker.Lifecycle = (*Worker)(nil)
 
+// SetLifecycleGate makes every lifecycle call wait until gate is closed
+// (nil: no waiting).
+func (w *Worker) SetLifecycleGate(gate chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.LifecycleGate = gate
+}
+
 // lifecycleStart waits for LifecycleGate (when set) and returns the VM.
 func (w *Worker) lifecycleStart(ctx context.Context, id string) (*VM, error) {
 	w.mu.Lock()
