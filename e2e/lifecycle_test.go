@@ -45,6 +45,9 @@ func TestLifecycle(t *testing.T) {
 	n = waitCount(t, c, sbx.ID, n+1) // continues from where it was
 	wantState409(t, c, "POST", "/v1/sandboxes/"+sbx.ID+"/wake", "running")
 
+	// A stream attached across the suspend ends, if at all, without an exit.
+	across := make(chan []apiv1.Event, 1)
+	go func() { across <- readEvents(t, c, sbx.ID, cmd.Command.ID, 0, 1<<30) }()
 	// suspend -> suspended, across a restart of spaced.
 	lifecycle(t, c, sbx.ID, "suspend", "suspended")
 	var got apiv1.Sandbox
@@ -63,6 +66,16 @@ func TestLifecycle(t *testing.T) {
 	}
 	lifecycle(t, c, sbx.ID, "wake", "running")
 	n = waitCount(t, c, sbx.ID, n+1)
+	select {
+	case evs := <-across:
+		for _, ev := range evs {
+			if ev.Type == "exit" {
+				t.Fatalf("a stream across suspend invented an exit: %+v", ev)
+			}
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a stream attached across suspend and a restart never ended")
+	}
 
 	// The event stream reattached after wake with after continues.
 	last := uint64(0)

@@ -28,11 +28,13 @@ type lifecycleState struct {
 	flushed  map[string]time.Time
 	streams  map[string]int
 	idleSubs map[string]time.Time
+	// stops are closed when a sandbox leaves running, to end its streams.
+	stops map[string]chan struct{}
 }
 
 func newLifecycleState() *lifecycleState {
 	return &lifecycleState{last: map[string]time.Time{}, flushed: map[string]time.Time{},
-		streams: map[string]int{}, idleSubs: map[string]time.Time{}}
+		streams: map[string]int{}, idleSubs: map[string]time.Time{}, stops: map[string]chan struct{}{}}
 }
 
 // touch records command or stream activity on a sandbox.
@@ -101,6 +103,29 @@ func (l *lifecycleState) forget(id string) {
 	delete(l.last, id)
 	delete(l.flushed, id)
 	delete(l.idleSubs, id)
+}
+
+// stopped returns a channel closed when the sandbox next leaves running.
+func (l *lifecycleState) stopped(id string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch, ok := l.stops[id]
+	if !ok {
+		ch = make(chan struct{})
+		l.stops[id] = ch
+	}
+	return ch
+}
+
+// leftRunning ends the event streams of a sandbox that stops running (they
+// end without an exit event; clients reattach with after= once it runs).
+func (l *lifecycleState) leftRunning(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ch, ok := l.stops[id]; ok {
+		close(ch)
+		delete(l.stops, id)
+	}
 }
 
 // woke restarts a sandbox's idle period (after wake or restore).

@@ -190,9 +190,14 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 	}()
 	idle := time.NewTimer(s.cfg.Heartbeat)
 	defer idle.Stop()
+	stop := s.life.stopped(sb.ID)
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-stop:
+			s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable,
+				"the sandbox stopped running (pause, suspend or restore); reattach with after= once it runs"))
 			return
 		case <-idle.C:
 			// A stream whose sandbox went away would otherwise wait for the

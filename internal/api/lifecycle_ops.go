@@ -117,6 +117,7 @@ func (s *Server) runTransition(t transition, act func(ctx context.Context, op *s
 		if err != nil {
 			return nil, err
 		}
+		s.life.leftRunning(sb.ID)
 		report(ctx, t.step, 20)
 		st, werr := act(ctx, op)
 		if werr != nil {
