@@ -36,6 +36,12 @@ Every command accepts --json.
   space sandbox list [--state S] [--metadata K=V]...
   space sandbox get ID
   space sandbox delete ID [--no-wait]
+  space sandbox pause|suspend|wake ID [--no-wait]
+  space sandbox keep ID SECONDS
+  space checkpoint create ID [--name NAME] [--no-wait]
+  space checkpoint list ID
+  space checkpoint get|delete CHECKPOINT
+  space restore ID CHECKPOINT [--no-wait]
   space exec [-t] [-i] [--cwd DIR] [--env K=V]... [--timeout SECONDS] ID -- ARGV...
   space files put ID LOCAL REMOTE [--mode 0644]
   space files get ID REMOTE [LOCAL]
@@ -130,6 +136,18 @@ func dispatch(ctx context.Context, args []string, env *Env) error {
 		return sandboxGet(ctx, args[2:], env)
 	case "sandbox delete", "sandbox rm":
 		return sandboxDelete(ctx, args[2:], env)
+	case "sandbox pause", "sandbox suspend", "sandbox wake":
+		return sandboxLifecycle(ctx, args[1], args[2:], env)
+	case "sandbox keep":
+		return sandboxKeep(ctx, args[2:], env)
+	case "checkpoint create", "checkpoint list", "checkpoint get", "checkpoint delete":
+		return checkpointCmd(ctx, args[1], args[2:], env)
+	case "checkpoint ls":
+		return checkpointCmd(ctx, "list", args[2:], env)
+	case "checkpoint rm":
+		return checkpointCmd(ctx, "delete", args[2:], env)
+	case "restore " + sub(1):
+		return restore(ctx, args[1:], env)
 	case "files put":
 		return filesPut(ctx, args[2:], env)
 	case "files get":
