@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -65,14 +66,16 @@ func testCheckpoints(t *testing.T, s store.Store) {
 			Parent: ck.ID, State: store.CheckpointReady}))
 	}
 	var ids []string
+	var prev time.Time
 	f := store.CheckpointFilter{TenantID: a.ID, SandboxID: "sbx_1", PageRequest: store.PageRequest{PageSize: 2}}
 	for {
 		page, err := s.ListCheckpoints(ctx, f)
 		must(t, err)
 		for _, c := range page.Items {
-			if c.SandboxID != "sbx_1" {
-				t.Fatalf("filter by sandbox: %+v", c)
+			if c.SandboxID != "sbx_1" || c.CreatedAt.Before(prev) {
+				t.Fatalf("filter by sandbox, oldest first: %+v after %v", c, prev)
 			}
+			prev = c.CreatedAt
 			ids = append(ids, c.ID)
 		}
 		if page.NextPageToken == "" {
@@ -80,7 +83,7 @@ func testCheckpoints(t *testing.T, s store.Store) {
 		}
 		f.PageToken = page.NextPageToken
 	}
-	if len(ids) != 3 || ids[0] != ck.ID || ids[1] >= ids[2] {
+	if len(ids) != 3 || ids[0] != ck.ID || ids[1] == ids[2] {
 		t.Fatalf("list sbx_1: %v", ids)
 	}
 	all, err := s.ListCheckpoints(ctx, store.CheckpointFilter{TenantID: store.AnyTenant})
