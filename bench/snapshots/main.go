@@ -1,9 +1,12 @@
 // Command snapshots benchmarks sandbox snapshots on this host through the
-// local worker (no HTTP API): cold boot to first command, create from the
-// template's ready snapshot to first command, pause, wake from pause,
-// suspend and wake from suspend for 256 MiB and 1 GiB guests, the time a
-// checkpoint stops the vCPUs, and gVisor's `runsc --network=none do true`
-// as the peer when runsc is installed. It prints medians over -runs runs.
+// local worker (no HTTP API), side by side: cold boot to first command;
+// create to first command without pools (restore on the request path) for
+// 256 MiB and 2 GiB guests and 64 MiB and 2 GiB template disks, and with
+// pools (a pooled VM ready, as in steady state); pause, wake from pause,
+// suspend, wake from suspend and the suspend snapshot's size for 256 MiB
+// and 1 GiB guests; the time a checkpoint stops the vCPUs; and gVisor's
+// `runsc --network=none do true` as the peer when runsc is installed. It
+// prints medians over -runs runs.
 //
 //	go run ./bench/snapshots -runs 10
 package main
@@ -98,7 +101,7 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 		if err != nil {
 			return err
 		}
-		s, err := b.createToFirst(wc, "cold boot to first command (256 MiB)", 256)
+		s, err := b.createToFirst(wc, "cold boot to first command (256 MiB)", spec("", 256))
 		wc.Close()
 		if err != nil {
 			return err
@@ -106,25 +109,63 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 		out = append(out, s)
 	}
 
-	w, err := local.New(ctx, cfg)
+	// Without pools: every create restores on the request path. Template
+	// disk size and guest memory must not change the cost (reflinks, and
+	// guest RAM in a shared memory file that is not copied).
+	nopool := cfg
+	nopool.PoolSize = -1
+	wn, err := local.New(ctx, nopool)
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	for _, mem := range []int{256, 1024} {
-		if err := w.PrepareTemplate(ctx, spec("", mem)); err != nil {
+	for _, c := range []struct {
+		name      string
+		mem, disk int
+	}{
+		{"create to first command, no pool (256 MiB, template disk)", 256, 0},
+		{"create to first command, no pool (2 GiB memory)", 2048, 0},
+		{"create to first command, no pool (64 MiB disk)", 256, 64},
+		{"create to first command, no pool (2 GiB disk)", 256, 2048},
+	} {
+		sp := spec("", c.mem)
+		sp.DiskMiB = c.disk
+		if err := wn.PrepareTemplate(ctx, sp); err != nil {
 			return err
 		}
-		s, err := b.createToFirst(w, fmt.Sprintf("create from snapshot to first command (%d MiB)", mem), mem)
+		s, err := b.createToFirst(wn, c.name, sp)
 		if err != nil {
 			return err
 		}
 		out = append(out, s)
-		ss, err := b.lifecycle(w, mem)
+	}
+	for _, mem := range []int{256, 1024} {
+		if err := wn.PrepareTemplate(ctx, spec("", mem)); err != nil {
+			return err
+		}
+		ss, err := b.lifecycle(wn, mem)
 		if err != nil {
 			return err
 		}
 		out = append(out, ss...)
+	}
+	wn.Close()
+
+	// With pools (the default): a restored, warmed VM waits per template.
+	// One worker per size, so that its pool holds that template only.
+	for _, mem := range []int{256, 2048} {
+		w, err := local.New(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if err := w.PrepareTemplate(ctx, spec("", mem)); err != nil {
+			return err
+		}
+		s, err := b.createToFirst(w, fmt.Sprintf("create to first command, pool (%d MiB)", mem), spec("", mem))
+		w.Close()
+		if err != nil {
+			return err
+		}
+		out = append(out, s)
 	}
 	if s, ok := b.runsc(); ok {
 		out = append(out, s)
@@ -144,12 +185,18 @@ func (b *bench) id() string {
 }
 
 // createToFirst: CreateSandbox, then `true` run to its exit.
-func (b *bench) createToFirst(w *local.Worker, name string, mem int) (stats.Series, error) {
+func (b *bench) createToFirst(w *local.Worker, name string, sp worker.SandboxSpec) (stats.Series, error) {
 	s := stats.Series{Name: name, Unit: "ms"}
 	for range b.runs {
 		id := b.id()
+		// Steady state: a pooled VM is ready when the request comes (the
+		// pool refills in the background between requests).
+		for deadline := time.Now().Add(30 * time.Second); w.PoolStats().Ready < min(2, b.runs) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		t0 := time.Now()
-		if _, err := w.CreateSandbox(b.ctx, spec(id, mem)); err != nil {
+		sp.ID = id
+		if _, err := w.CreateSandbox(b.ctx, sp); err != nil {
 			return s, err
 		}
 		c, err := w.Agent(b.ctx, id)

@@ -77,7 +77,7 @@ func TestArgs(t *testing.T) {
 	}{
 		{"tcg", AccelTCG, false,
 			[]string{"tcg,thread=multi", "console=ttyS0 panic=-1 tsc_early_khz=2000000 quiet",
-				"id=disk0,file=/d,,1.img,format=raw,if=none,cache=none,aio=threads",
+				"id=disk0,file=/d,,1.img,format=raw,if=none,cache=none,aio=threads,auto-read-only=off",
 				"id=disk1,file=/ro.img,format=raw,if=none,cache=none,aio=threads,readonly=on",
 				"memory-backend-file,id=mem,size=256M,mem-path=/m/mem,share=on",
 				machineOpts + ",memory-backend=mem", "virtserialport,chardev=agent,name=space.agent"},

@@ -239,6 +239,12 @@ func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool) []string {
 		drive := fmt.Sprintf("id=disk%d,file=%s,format=raw,if=none,cache=none,aio=threads", i, optEscape(disk.Path))
 		if disk.ReadOnly {
 			drive += ",readonly=on"
+		} else {
+			// -drive defaults to auto-read-only=on, under which QEMU reopens
+			// the image by its path, read-only, when a migration (snapshot)
+			// inactivates it; the path may be gone by then (a pooled VM's
+			// files are renamed into the sandbox's dir, see Relocate).
+			drive += ",auto-read-only=off"
 		}
 		a = append(a, "-drive", drive, "-device", fmt.Sprintf("virtio-blk-device,drive=disk%d", i))
 	}

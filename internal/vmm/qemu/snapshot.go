@@ -94,18 +94,8 @@ func (d *Driver) Restore(ctx context.Context, spec vmm.BootSpec, snapshotDir str
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (vmm.VM, error) {
-		_ = v.Stop(ctx)
+	if err := v.Incoming(ctx, snapshotDir); err != nil {
 		return nil, err
-	}
-	if err := v.setIgnoreShared(ctx); err != nil {
-		return fail(err)
-	}
-	if err := v.qmp.Execute(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(path)}, nil); err != nil {
-		return fail(err)
-	}
-	if err := v.awaitMigration(ctx); err != nil {
-		return fail(err)
 	}
 	return v, nil
 }

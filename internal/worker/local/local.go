@@ -67,6 +67,13 @@ type Config struct {
 	Egress  *egress.Service
 	// Secrets resolves ${secret:NAME} references of policies at request time.
 	Secrets SecretLookup
+	// PoolSize is how many restored, paused VMs the worker keeps per
+	// template snapshot in use, to take on create (pool.go). Zero means
+	// DefaultPoolSize; negative disables pools.
+	PoolSize int
+	// PoolMemoryMiB bounds the guest memory of all pooled VMs together.
+	// Zero means DefaultPoolMemoryMiB.
+	PoolMemoryMiB int
 }
 
 // Worker is the single-host worker.Worker.
@@ -77,6 +84,7 @@ type Worker struct {
 	exits chan worker.Exit
 
 	ready readySnapshots
+	pool  *vmPool // nil when pools do not apply
 	// ckMu: branches and restores read checkpoints (RLock) while
 	// DeleteCheckpoint removes them (Lock).
 	ckMu sync.RWMutex
@@ -117,6 +125,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := w.adoptAll(ctx); err != nil {
 		return nil, err
 	}
+	w.startPool(ctx)
 	w.reapNamespaces(ctx)
 	return w, nil
 }
@@ -146,11 +155,12 @@ func (w *Worker) Ready(ctx context.Context) error {
 // Exits delivers the VMs that stopped on their own.
 func (w *Worker) Exits() <-chan worker.Exit { return w.exits }
 
-// Close stops watching VMs and closes agent clients. VMs keep running for
-// the next process to adopt.
+// Close stops watching VMs and closes agent clients. Sandbox VMs keep
+// running for the next process to adopt; pooled VMs are stopped.
 func (w *Worker) Close() error {
 	w.closeOnce.Do(func() {
 		close(w.closed)
+		w.pool.close()
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, sb := range w.sandboxes {

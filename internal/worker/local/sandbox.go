@@ -222,8 +222,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	default:
 		snap, m, ok := w.templateSnapshot(ctx, spec)
 		if ok {
-			how = "template snapshot"
-			err = w.restoreInto(ctx, sb, snap, m, false)
+			how, err = w.restoreTemplate(ctx, sb, snap, m)
 		} else {
 			err = w.coldBoot(ctx, sb)
 		}

@@ -95,7 +95,10 @@ func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) e
 	if !w.canSnapshot() {
 		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker does not keep ready snapshots")
 	}
-	_, _, err := w.prepareTemplate(ctx, spec)
+	dir, m, err := w.prepareTemplate(ctx, spec)
+	if err == nil {
+		w.pool.want(dir, m)
+	}
 	return err
 }
 

@@ -1,0 +1,31 @@
+package local
+
+import "github.com/space-sandbox/space/internal/vmm"
+
+// Crash lets go of everything the way a crashed process would: sandbox VMs
+// and pooled VMs keep running, for the next worker to adopt or reap.
+func (w *Worker) Crash() {
+	w.closeOnce.Do(func() {
+		close(w.closed)
+		if p := w.pool; p != nil {
+			p.cancel()
+			<-p.done
+			p.mu.Lock()
+			for _, es := range p.ready {
+				for _, e := range es {
+					e.client.Close()
+					if d, ok := e.vm.(vmm.Detacher); ok {
+						_ = d.Detach()
+					}
+				}
+			}
+			p.ready = map[string][]*poolEntry{}
+			p.mu.Unlock()
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, sb := range w.sandboxes {
+			sb.release()
+		}
+	})
+}

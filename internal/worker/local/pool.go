@@ -1,0 +1,426 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/vmm"
+)
+
+// Pools take VMM start-up and the device-state load off the create path.
+// For every template snapshot a create has used (or PrepareTemplate made),
+// a background filler keeps up to PoolSize VMs restored from it (a VMM
+// started with -incoming defer, then fed the snapshot's device state),
+// warmed (warmPoolEntry) and idling with their agent link up, each on its
+// own reflink copies of the snapshot's memory file and disk under
+// <storage root>/pool/<name>/. A create takes one, renames its files and
+// state dir into the sandbox's dir (QEMU keeps its open files and its
+// sockets, bound relative to the state dir), takes over its agent link and
+// configures the agent with the sandbox's identity, fresh entropy and the
+// clock, exactly as after a restore. Pool VMs are never sandboxes: adoption never looks under pool/,
+// Close stops them, and New reaps any a crashed process left.
+//
+// Pools need a driver that restores in two steps (incomingDriver) and a
+// worker without networking: a sandbox's NIC lives in a namespace named
+// after the sandbox, which a VM started before the sandbox existed cannot
+// be on.
+
+const (
+	// DefaultPoolSize is Config.PoolSize when zero.
+	DefaultPoolSize = 2
+	// DefaultPoolMemoryMiB is Config.PoolMemoryMiB when zero.
+	DefaultPoolMemoryMiB = 4096
+	poolDir              = "pool"
+	// poolRefillDelay lets the create that took an entry finish before the
+	// refill competes with it for the CPU.
+	poolRefillDelay = 300 * time.Millisecond
+)
+
+// incomingDriver is a driver that starts a VMM waiting to be restored.
+type incomingDriver interface {
+	StartIncoming(ctx context.Context, spec vmm.BootSpec) (vmm.VM, error)
+}
+
+// incomingVM is a VM started by incomingDriver.
+type incomingVM interface {
+	Incoming(ctx context.Context, snapshotDir string) error
+	Relocate(spec vmm.BootSpec) error
+}
+
+type poolEntry struct {
+	dir    string
+	vm     vmm.VM
+	memMiB int
+	// client holds the link to the pooled VM's agent; a take hands it to
+	// the sandbox (dial switched to the sandbox's), so the link that is up
+	// stays up.
+	client *agentclient.Client
+	dial   *dialSwitch
+}
+
+// dialSwitch is a DialFunc whose target can be changed.
+type dialSwitch struct {
+	mu sync.Mutex
+	f  agentclient.DialFunc
+}
+
+func (d *dialSwitch) dial(ctx context.Context) (net.Conn, error) {
+	d.mu.Lock()
+	f := d.f
+	d.mu.Unlock()
+	return f(ctx)
+}
+
+func (d *dialSwitch) set(f agentclient.DialFunc) {
+	d.mu.Lock()
+	d.f = f
+	d.mu.Unlock()
+}
+
+type poolTarget struct {
+	snap string
+	m    manifest
+}
+
+// vmPool is the worker's pools, one per template snapshot.
+type vmPool struct {
+	w         *Worker
+	size      int
+	budgetMiB int
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	kick   chan struct{}
+	done   chan struct{}
+
+	mu      sync.Mutex
+	targets map[string]poolTarget
+	ready   map[string][]*poolEntry
+	usedMiB int // ready entries and the one being made
+	failed  map[string]time.Time
+	stats   PoolStats // Made and Taken
+}
+
+func (w *Worker) poolRoot() string { return filepath.Join(w.cfg.Storage.Root(), poolDir) }
+
+// startPool reaps what an earlier process left in the pool dir and, when
+// pools apply, starts the filler.
+func (w *Worker) startPool(ctx context.Context) {
+	w.reapPool(ctx)
+	_, ok := w.cfg.Driver.(incomingDriver)
+	if !ok || !w.canSnapshot() || w.cfg.PoolSize < 0 || w.networking() {
+		return
+	}
+	p := &vmPool{
+		w: w, size: w.cfg.PoolSize, budgetMiB: w.cfg.PoolMemoryMiB,
+		kick: make(chan struct{}, 1), done: make(chan struct{}),
+		targets: map[string]poolTarget{}, ready: map[string][]*poolEntry{}, failed: map[string]time.Time{},
+	}
+	if p.size == 0 {
+		p.size = DefaultPoolSize
+	}
+	if p.budgetMiB <= 0 {
+		p.budgetMiB = DefaultPoolMemoryMiB
+	}
+	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	w.pool = p
+	go p.run()
+}
+
+// reapPool stops the VMs under the pool dir and removes it.
+func (w *Worker) reapPool(ctx context.Context) {
+	dirs, _ := filepath.Glob(filepath.Join(w.poolRoot(), "*"))
+	for _, d := range dirs {
+		if vm, err := w.cfg.Driver.Recover(ctx, filepath.Join(d, vmDir)); err == nil {
+			_ = vm.Stop(ctx)
+		}
+		if err := os.RemoveAll(d); err != nil {
+			w.log.Warn("remove pool entry", "dir", filepath.Base(d), "err", err)
+		}
+	}
+}
+
+// want makes snap a template the pool keeps VMs of.
+func (p *vmPool) want(snap string, m manifest) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	_, known := p.targets[snap]
+	p.targets[snap] = poolTarget{snap: snap, m: m}
+	p.mu.Unlock()
+	if !known {
+		p.poke()
+	}
+}
+
+func (p *vmPool) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take returns a pooled VM restored from snap, or nil.
+func (p *vmPool) take(snap string) *poolEntry {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ready[snap]) > 0 {
+		e := p.ready[snap][0]
+		p.ready[snap] = p.ready[snap][1:]
+		p.usedMiB -= e.memMiB
+		select {
+		case <-e.vm.Done(): // died while pooled
+			go p.discard(e)
+			continue
+		default:
+		}
+		p.stats.Taken++
+		time.AfterFunc(poolRefillDelay, p.poke)
+		return e
+	}
+	p.poke()
+	return nil
+}
+
+// next picks a template short of entries and reserves its memory.
+func (p *vmPool) next() (poolTarget, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for snap, t := range p.targets {
+		if len(p.ready[snap]) >= p.size || p.usedMiB+t.m.MemoryMiB > p.budgetMiB {
+			continue
+		}
+		if at, ok := p.failed[snap]; ok && time.Since(at) < 30*time.Second {
+			continue
+		}
+		p.usedMiB += t.m.MemoryMiB
+		return t, true
+	}
+	return poolTarget{}, false
+}
+
+func (p *vmPool) run() {
+	defer close(p.done)
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.kick:
+		}
+		for p.ctx.Err() == nil {
+			t, ok := p.next()
+			if !ok {
+				break
+			}
+			e, err := p.w.makePoolEntry(p.ctx, t)
+			p.mu.Lock()
+			if err != nil {
+				p.usedMiB -= t.m.MemoryMiB
+				p.failed[t.snap] = time.Now()
+				p.mu.Unlock()
+				if p.ctx.Err() == nil {
+					p.w.log.Warn("pool entry not made", "snapshot", filepath.Base(t.snap), "err", causeOf(err))
+				}
+				continue
+			}
+			delete(p.failed, t.snap)
+			p.stats.Made++
+			p.ready[t.snap] = append(p.ready[t.snap], e)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// close stops the filler and every pooled VM, and removes their files.
+func (p *vmPool) close() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+	p.mu.Lock()
+	var all []*poolEntry
+	for snap, es := range p.ready {
+		all = append(all, es...)
+		delete(p.ready, snap)
+	}
+	p.usedMiB = 0
+	p.mu.Unlock()
+	for _, e := range all {
+		p.discard(e)
+	}
+}
+
+func (p *vmPool) discard(e *poolEntry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.client.Close()
+	if err := e.vm.Stop(ctx); err != nil {
+		p.w.log.Warn("stop pool vm", "err", err)
+	}
+	_ = os.RemoveAll(e.dir)
+}
+
+// makePoolEntry restores a paused VM from t on its own copies of the files.
+func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry, err error) {
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	dir := filepath.Join(w.poolRoot(), hex.EncodeToString(suffix))
+	if err := os.MkdirAll(filepath.Join(dir, vmDir), 0o700); err != nil {
+		return nil, diskError("pool dir", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := w.cfg.Storage.EnsureFree(ctx, snapshotMargin); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{memFile, diskFile} {
+		if err := w.cfg.Storage.Clone(ctx, filepath.Join(t.snap, f), filepath.Join(dir, f)); err != nil {
+			return nil, fmt.Errorf("copy snapshot %s: %w", f, err)
+		}
+	}
+	vm, err := w.cfg.Driver.(incomingDriver).StartIncoming(ctx, vmm.BootSpec{
+		ID: "pool-" + filepath.Base(dir), StateDir: filepath.Join(dir, vmDir),
+		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: filepath.Join(dir, diskFile)}},
+		VCPUs: t.m.VCPUs, MemoryMiB: t.m.MemoryMiB, MemoryFile: filepath.Join(dir, memFile),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start pool vm: %w", err)
+	}
+	iv, ok := vm.(incomingVM)
+	if !ok {
+		_ = vm.Stop(ctx)
+		return nil, fmt.Errorf("pool vm cannot be restored: %w", errdefs.ErrInternal)
+	}
+	if err := iv.Incoming(ctx, t.snap); err != nil { // stops vm on error
+		return nil, fmt.Errorf("restore pool vm: %w", err)
+	}
+	e := &poolEntry{dir: dir, vm: vm, memMiB: t.m.MemoryMiB, dial: &dialSwitch{f: vm.DialAgent}}
+	e.client = agentclient.New(e.dial.dial, w.log.With("pool", filepath.Base(dir)))
+	if err := w.warmPoolEntry(ctx, e); err != nil {
+		e.client.Close()
+		_ = vm.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return e, nil
+}
+
+// poolWarmup is the id of the process a pooled VM runs once. The API's
+// command ids never take this form; the agent keeps it among its exited
+// processes, which only the worker lists.
+const poolWarmup = "space-pool-warmup"
+
+// warmPoolEntry resumes the pooled VM, brings up the agent link and runs
+// one short command. A VMM restored in a new process starts with nothing
+// translated (TCG) and nothing of the memory file paged in: the first
+// command after a restore costs several times the next one, and this pays
+// that off the request path. The VM then idles, running, until taken;
+// configure at the take gives it the sandbox's identity, fresh entropy and
+// the clock, as after any restore.
+func (w *Worker) warmPoolEntry(ctx context.Context, e *poolEntry) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.BootTimeout)
+	defer cancel()
+	if err := e.vm.(vmm.Pauser).Resume(ctx); err != nil {
+		return fmt.Errorf("resume pool vm: %w", err)
+	}
+	if _, err := e.client.Start(ctx, agentproto.ProcessSpec{ID: poolWarmup, Argv: []string{"true"}}); err != nil {
+		return fmt.Errorf("warm pool vm: %w", err)
+	}
+	st, err := e.client.Events(ctx, poolWarmup, 0)
+	if err != nil {
+		return fmt.Errorf("warm pool vm: %w", err)
+	}
+	defer st.Close()
+	for {
+		ev, err := st.Next()
+		if err != nil {
+			return fmt.Errorf("warm pool vm: %w", err)
+		}
+		if ev.Type == agentproto.EventExit {
+			return nil
+		}
+	}
+}
+
+// restoreTemplate starts sb's VM from the template snapshot snap: a pooled
+// VM when one is ready, else a restore on the request path. It returns how.
+func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, m manifest) (string, error) {
+	w.pool.want(snap, m)
+	if e := w.pool.take(snap); e != nil {
+		err := w.adoptPoolEntry(sb, e, m)
+		if err != nil {
+			w.log.Warn("pooled vm unusable: restoring instead", "sandbox", sb.spec.ID, "err", err)
+			w.pool.discard(e)
+			_ = os.Remove(sb.path(memFile))
+			_ = os.Remove(sb.path(diskFile))
+			_ = os.MkdirAll(sb.path(vmDir), 0o700)
+			return "template snapshot", w.restoreInto(ctx, sb, snap, m, false)
+		}
+		// The pooled VM runs and its link is up: the sandbox takes both.
+		e.dial.set(sb.dialAgent)
+		sb.mu.Lock()
+		old := sb.agent
+		sb.agent = e.client
+		sb.mu.Unlock()
+		old.Close()
+		w.setVM(sb, e.vm, true)
+		return "pool", nil
+	}
+	return "template snapshot", w.restoreInto(ctx, sb, snap, m, false)
+}
+
+// adoptPoolEntry moves e's files and state dir into sb's dir (an empty vm
+// dir there is replaced) and tells the VM.
+func (w *Worker) adoptPoolEntry(sb *sandbox, e *poolEntry, m manifest) error {
+	// os.Rename refuses an existing directory as the target, even empty.
+	if err := os.Remove(sb.path(vmDir)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("replace vm dir: %w: %v", errdefs.ErrInternal, err)
+	}
+	for _, f := range []string{memFile, diskFile, vmDir} {
+		if err := os.Rename(filepath.Join(e.dir, f), sb.path(f)); err != nil {
+			return fmt.Errorf("move pooled %s: %w: %v", f, errdefs.ErrInternal, err)
+		}
+	}
+	_ = os.Remove(e.dir)
+	// From here e's VM is recorded under sb's dir; a caller that discards e
+	// stops it, which removes the record too.
+	return e.vm.(incomingVM).Relocate(w.bootSpec(sb, m.VCPUs, m.MemoryMiB))
+}
+
+// PoolStats counts the pooled VMs: Ready to be taken now, Made and Taken
+// since the worker started.
+type PoolStats struct {
+	Ready, Made, Taken int
+}
+
+// PoolStats reports the pools (zero when pools do not apply).
+func (w *Worker) PoolStats() PoolStats {
+	p := w.pool
+	if p == nil {
+		return PoolStats{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	for _, es := range p.ready {
+		st.Ready += len(es)
+	}
+	return st
+}
