@@ -133,7 +133,7 @@ func newEnv(t testing.TB, p Policy) *env {
 	ctx := context.Background()
 	e.startUpstream()
 
-	e.net = network.New(ctx, network.Config{PoolSize: -1})
+	e.net = network.New(ctx, network.Config{Instance: fmt.Sprintf("t%d", os.Getpid()), PoolSize: -1})
 	t.Cleanup(func() { e.net.Close(context.Background()) })
 	sb, err := e.net.Acquire(ctx, e.id)
 	if err != nil {

@@ -12,6 +12,7 @@ package network
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,14 +50,17 @@ var (
 // TapName is the name of the VM's tap inside every sandbox namespace.
 const TapName = "tap0"
 
-// NamePrefix begins the name of every namespace this package creates.
+// NamePrefix begins the name of every namespace this package creates:
+// space-<instance>-<sandbox id>, and space-<instance>-pool-… for pooled ones.
 const NamePrefix = "space-"
-
-const poolPrefix = NamePrefix + "pool-"
 
 // Config configures a Manager. The zero value works.
 type Config struct {
 	Logger *slog.Logger
+	// Instance tells apart the namespaces of several workers on one host
+	// (e.g. a short hash of the data dir): a worker only ever reaps its own.
+	// Letters and digits (anything else is hashed); empty means "0".
+	Instance string
 	// PoolSize is how many ready namespaces to keep (default 2; -1 for none).
 	PoolSize int
 	// ProxyPort is the port, inside the namespace, that guest TCP is
@@ -83,7 +87,7 @@ type Manager struct {
 // Sandbox is one sandbox's namespace.
 type Sandbox struct {
 	ID   string
-	Name string // namespace name: space-<ID>
+	Name string // namespace name: space-<instance>-<ID>
 	cfg  Config
 }
 
@@ -96,11 +100,28 @@ func (s *Sandbox) ProxyPort() uint16 { return s.cfg.ProxyPort }
 // DNSPort is the port guest DNS is redirected to inside the namespace.
 func (s *Sandbox) DNSPort() uint16 { return s.cfg.DNSPort }
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$`)
+var (
+	idRE       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$`)
+	instanceRE = regexp.MustCompile(`^[A-Za-z0-9]{1,16}$`)
+)
+
+// prefix begins the names of this manager's namespaces.
+func (m *Manager) prefix() string { return NamePrefix + m.cfg.Instance + "-" }
+
+func (m *Manager) poolPrefix() string { return m.prefix() + "pool-" }
+
+// NameOf is the namespace name of sandbox id.
+func (m *Manager) NameOf(id string) string { return m.prefix() + id }
 
 // New returns a manager and starts filling its pool in the background.
 // Close stops it and removes the pooled namespaces.
 func New(ctx context.Context, cfg Config) *Manager {
+	switch {
+	case cfg.Instance == "":
+		cfg.Instance = "0"
+	case !instanceRE.MatchString(cfg.Instance):
+		cfg.Instance = fmt.Sprintf("%x", sha256.Sum256([]byte(cfg.Instance)))[:8]
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -149,7 +170,7 @@ func (m *Manager) fill(ctx context.Context) {
 				return
 			}
 			m.seq++
-			name := fmt.Sprintf("%s%d-%d-%d", poolPrefix, os.Getpid(), time.Now().UnixNano()%1e6, m.seq)
+			name := fmt.Sprintf("%s%d-%d-%d", m.poolPrefix(), os.Getpid(), time.Now().UnixNano()%1e6, m.seq)
 			m.mu.Unlock()
 			if err := m.build(name); err != nil {
 				m.log.WarnContext(ctx, "network: pool namespace", "err", err)
@@ -235,7 +256,7 @@ func (m *Manager) Acquire(ctx context.Context, id string) (*Sandbox, error) {
 	if !idRE.MatchString(id) || strings.HasPrefix(id, "pool-") {
 		return nil, fmt.Errorf("sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
-	sb := &Sandbox{ID: id, Name: NamePrefix + id, cfg: m.cfg}
+	sb := &Sandbox{ID: id, Name: m.NameOf(id), cfg: m.cfg}
 	defer m.kick()
 	for {
 		select {
@@ -270,7 +291,7 @@ func (m *Manager) Acquire(ctx context.Context, id string) (*Sandbox, error) {
 // Adopt returns the existing namespace of sandbox id, e.g. after a worker
 // restart; ErrNotFound when there is none.
 func (m *Manager) Adopt(ctx context.Context, id string) (*Sandbox, error) {
-	sb := &Sandbox{ID: id, Name: NamePrefix + id, cfg: m.cfg}
+	sb := &Sandbox{ID: id, Name: m.NameOf(id), cfg: m.cfg}
 	h, err := netns.GetFromPath(sb.Path())
 	if err != nil {
 		return nil, fmt.Errorf("netns for %s: %w", id, errdefs.ErrNotFound)
@@ -309,19 +330,20 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 }
 
-// ReapOrphans removes the namespaces this package created (named space-*,
-// pool entries included) for which keep, given the namespace name, returns
-// false. A worker calls it once at start, before New, keeping the namespaces
-// of the sandboxes it adopts. It returns the names removed.
-func ReapOrphans(ctx context.Context, keep func(name string) bool) ([]string, error) {
-	names, err := ListNamespaces(NamePrefix)
+// ReapOrphans removes this instance's namespaces (pool entries of earlier
+// processes included) for which keep, given the namespace name, returns
+// false; this manager's own pool is always kept, and other instances'
+// namespaces are never touched. A worker calls it once at start, keeping the
+// namespaces of the sandboxes it adopts. It returns the names removed.
+func (m *Manager) ReapOrphans(ctx context.Context, keep func(name string) bool) ([]string, error) {
+	names, err := ListNamespaces(m.prefix())
 	if err != nil {
 		return nil, err
 	}
 	var removed []string
 	var errs []error
 	for _, n := range names {
-		if keep(n) {
+		if keep(n) || m.owns(n) {
 			continue
 		}
 		if err := deleteNamed(n); err != nil {
@@ -333,8 +355,7 @@ func ReapOrphans(ctx context.Context, keep func(name string) bool) ([]string, er
 	return removed, errors.Join(errs...)
 }
 
-// Owns reports whether name is a pool namespace of this manager (so a
-// ReapOrphans run after New can keep them).
-func (m *Manager) Owns(name string) bool {
-	return strings.HasPrefix(name, fmt.Sprintf("%s%d-", poolPrefix, os.Getpid()))
+// owns reports whether name is a pool namespace of this manager.
+func (m *Manager) owns(name string) bool {
+	return strings.HasPrefix(name, fmt.Sprintf("%s%d-", m.poolPrefix(), os.Getpid()))
 }

@@ -23,20 +23,16 @@ func requireNetAdmin(t testing.TB) {
 	}
 }
 
+// testInstance names this test process's namespaces, so it never touches
+// those of a server or another test process on the host.
+var testInstance = fmt.Sprintf("tnet%d", os.Getpid())
+
 func TestMain(m *testing.M) {
-	before, _ := ListNamespaces(NamePrefix)
 	code := m.Run()
-	after, _ := ListNamespaces(NamePrefix)
-	seen := map[string]bool{}
-	for _, n := range before {
-		seen[n] = true
-	}
-	mine := fmt.Sprintf("%s%d-", poolPrefix, os.Getpid())
-	for _, n := range after {
-		if !seen[n] && (strings.HasPrefix(n, NamePrefix+"tnet") || strings.HasPrefix(n, mine)) {
-			println("leaked netns:", n)
-			code = 1
-		}
+	mine, _ := ListNamespaces(NamePrefix + testInstance)
+	for _, n := range mine {
+		println("leaked netns:", n)
+		code = 1
 	}
 	os.Exit(code)
 }
@@ -44,7 +40,7 @@ func TestMain(m *testing.M) {
 func TestAcquireConfiguresNamespace(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
-	m := New(ctx, Config{PoolSize: 1})
+	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
 	t.Cleanup(func() { m.Close(context.Background()) })
 	id := "tnet-" + strings.ReplaceAll(t.Name(), "/", "-")
 	sb, err := m.Acquire(ctx, id)
@@ -121,7 +117,7 @@ func TestAcquireConfiguresNamespace(t *testing.T) {
 func TestReapOrphans(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
-	m := New(ctx, Config{PoolSize: -1})
+	m := New(ctx, Config{Instance: testInstance, PoolSize: -1})
 	t.Cleanup(func() { m.Close(context.Background()) })
 	live, err := m.Acquire(ctx, "tnet-reap-live")
 	if err != nil {
@@ -133,7 +129,16 @@ func TestReapOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Release(context.Background(), dead) })
-	removed, err := ReapOrphans(ctx, func(name string) bool { return name != dead.Name })
+	// Another instance's namespace (another server on the host) is never
+	// this manager's to reap.
+	other := New(ctx, Config{Instance: testInstance + "x", PoolSize: -1})
+	t.Cleanup(func() { other.Close(context.Background()) })
+	foreign, err := other.Acquire(ctx, "tnet-reap-foreign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Release(context.Background(), foreign) })
+	removed, err := m.ReapOrphans(ctx, func(name string) bool { return name != dead.Name })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +147,8 @@ func TestReapOrphans(t *testing.T) {
 		if r == dead.Name {
 			found = true
 		}
-		if r == live.Name {
-			t.Errorf("reaped live %s", r)
+		if r == live.Name || r == foreign.Name {
+			t.Errorf("reaped %s", r)
 		}
 	}
 	if !found {
@@ -154,7 +159,7 @@ func TestReapOrphans(t *testing.T) {
 func TestAcquireFromPool(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
-	m := New(ctx, Config{PoolSize: 1})
+	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
 	t.Cleanup(func() { m.Close(context.Background()) })
 	// Await the pool, then the acquisition must take the pooled namespace.
 	var pooled string

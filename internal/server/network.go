@@ -34,7 +34,9 @@ func startNetwork(ctx context.Context, dataDir string, db store.Store, log *slog
 	if err != nil {
 		return netParts{}, nil, err
 	}
-	mgr := network.New(ctx, network.Config{Logger: log.With("component", "network")})
+	// The data dir names this server's namespaces, so two servers on one
+	// host (or a test beside a server) never reap each other's.
+	mgr := network.New(ctx, network.Config{Logger: log.With("component", "network"), Instance: dataDir})
 	eg := egress.New(egress.Config{
 		Logger: log.With("component", "egress"),
 		// Never reachable whatever a policy says, on top of loopback,

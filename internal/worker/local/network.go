@@ -208,10 +208,10 @@ func (w *Worker) reapNamespaces(ctx context.Context) {
 	w.mu.Lock()
 	keep := map[string]bool{}
 	for id := range w.sandboxes {
-		keep[network.NamePrefix+id] = true
+		keep[w.cfg.Network.NameOf(id)] = true
 	}
 	w.mu.Unlock()
-	removed, err := network.ReapOrphans(ctx, func(name string) bool { return keep[name] || w.cfg.Network.Owns(name) })
+	removed, err := w.cfg.Network.ReapOrphans(ctx, func(name string) bool { return keep[name] })
 	if len(removed) > 0 {
 		w.log.Info("removed orphaned sandbox namespaces", "count", len(removed))
 	}
