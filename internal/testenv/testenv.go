@@ -165,7 +165,12 @@ func NewVolume(t testing.TB, agent string) Volume {
 // a path under dir. Call it last (register it first with t.Cleanup).
 func CheckNoLeaks(t testing.TB, dir string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Teardown ends asynchronously (a loop device detaches after the last
+	// reference to its filesystem goes), and a mount namespace made by
+	// another test process meanwhile (the Debian template builder runs
+	// mmdebstrap in one) pins this test's mounts until that process ends,
+	// which takes seconds. A leak stays; waiting out a pin costs only time.
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		leaks := Leaks(dir)
 		if len(leaks) == 0 {
