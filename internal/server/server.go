@@ -72,6 +72,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	// A missing VMM binary is one clear error now, not a failed create later.
+	if c, ok := driver.(interface{ Check(context.Context) error }); ok {
+		if err := c.Check(ctx); err != nil {
+			return err
+		}
+	}
 
 	// Control plane: store, auth, operations, API.
 	db, err := sqlite.Open(filepath.Join(cfg.DataDir, "space.db"))
