@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -66,52 +66,14 @@ func (c *conn) GetCheckpoint(ctx context.Context, tenantID, id string) (*store.C
 }
 
 func (c *conn) ListCheckpoints(ctx context.Context, f store.CheckpointFilter) (store.Page[*store.Checkpoint], error) {
-	c = c.bind(ctx)
-	var page store.Page[*store.Checkpoint]
-	cur, err := decodeCursor(f.PageToken)
-	if err != nil {
-		return page, err
-	}
-	var where []string
-	var args []any
+	q := pageQuery{what: "list checkpoints", cols: checkpointCols, table: "checkpoints", PageRequest: f.PageRequest}
 	if f.TenantID != "" {
-		where, args = append(where, "tenant_id = ?"), append(args, f.TenantID)
+		q.filter("tenant_id = ?", f.TenantID)
 	}
 	if f.SandboxID != "" {
-		where, args = append(where, "sandbox_id = ?"), append(args, f.SandboxID)
+		q.filter("sandbox_id = ?", f.SandboxID)
 	}
-	if cur != nil {
-		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
-		args = append(args, cur.at, cur.at, cur.id)
-	}
-	q := `SELECT ` + checkpointCols + ` FROM checkpoints`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	n := pageSize(f.PageSize)
-	q += " ORDER BY created_at, id LIMIT ?"
-	args = append(args, n+1)
-	rows, err := c.rd.QueryContext(ctx, q, args...)
-	if err != nil {
-		return page, dbErr("list checkpoints", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		ck, err := scanCheckpoint(rows)
-		if err != nil {
-			return page, dbErr("list checkpoints", err)
-		}
-		page.Items = append(page.Items, ck)
-	}
-	if err := rows.Err(); err != nil {
-		return page, dbErr("list checkpoints", err)
-	}
-	if len(page.Items) > n {
-		page.Items = page.Items[:n]
-		last := page.Items[n-1]
-		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
-	}
-	return page, nil
+	return listPage(ctx, c.bind(ctx), q, scanCheckpoint, func(ck *store.Checkpoint) (time.Time, string) { return ck.CreatedAt, ck.ID })
 }
 
 // UpdateCheckpoint compares the state, applies mutate and writes, in one

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -83,42 +84,9 @@ func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (
 }
 
 func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.Page[*store.Command], error) {
-	c = c.bind(ctx)
-	var page store.Page[*store.Command]
-	cur, err := decodeCursor(f.PageToken)
-	if err != nil {
-		return page, err
-	}
-	q := `SELECT ` + cmdCols + ` FROM commands WHERE sandbox_id = ? AND (? = '' OR tenant_id = ?)`
-	args := []any{f.SandboxID, f.TenantID, f.TenantID}
-	if cur != nil {
-		q += " AND (created_at > ? OR (created_at = ? AND id > ?))"
-		args = append(args, cur.at, cur.at, cur.id)
-	}
-	n := pageSize(f.PageSize)
-	q += " ORDER BY created_at, id LIMIT ?"
-	args = append(args, n+1)
-	rows, err := c.rd.QueryContext(ctx, q, args...)
-	if err != nil {
-		return page, dbErr("list commands", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		cmd, err := scanCmd(rows)
-		if err != nil {
-			return page, dbErr("list commands", err)
-		}
-		page.Items = append(page.Items, cmd)
-	}
-	if err := rows.Err(); err != nil {
-		return page, dbErr("list commands", err)
-	}
-	if len(page.Items) > n {
-		page.Items = page.Items[:n]
-		last := page.Items[n-1]
-		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
-	}
-	return page, nil
+	q := pageQuery{what: "list commands", cols: cmdCols, table: "commands", PageRequest: f.PageRequest}
+	q.filter("sandbox_id = ? AND (? = '' OR tenant_id = ?)", f.SandboxID, f.TenantID, f.TenantID)
+	return listPage(ctx, c.bind(ctx), q, scanCmd, func(cmd *store.Command) (time.Time, string) { return cmd.CreatedAt, cmd.ID })
 }
 
 func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.CommandState, mutate func(*store.Command) error) (*store.Command, error) {

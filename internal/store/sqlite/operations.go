@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
-	"strings"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -86,52 +86,14 @@ func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Op
 }
 
 func (c *conn) ListOperations(ctx context.Context, f store.OperationFilter) (store.Page[*store.Operation], error) {
-	c = c.bind(ctx)
-	var page store.Page[*store.Operation]
-	cur, err := decodeCursor(f.PageToken)
-	if err != nil {
-		return page, err
-	}
-	var where []string
-	var args []any
+	q := pageQuery{what: "list operations", cols: opCols, table: "operations", newest: true, PageRequest: f.PageRequest}
 	if f.TenantID != "" {
-		where, args = append(where, "tenant_id = ?"), append(args, f.TenantID)
+		q.filter("tenant_id = ?", f.TenantID)
 	}
 	if f.Target != "" {
-		where, args = append(where, "target = ?"), append(args, f.Target)
+		q.filter("target = ?", f.Target)
 	}
-	if cur != nil {
-		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
-		args = append(args, cur.at, cur.at, cur.id)
-	}
-	q := `SELECT ` + opCols + ` FROM operations`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	n := pageSize(f.PageSize)
-	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
-	args = append(args, n+1)
-	rows, err := c.rd.QueryContext(ctx, q, args...)
-	if err != nil {
-		return page, dbErr("list operations", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		op, err := scanOp(rows)
-		if err != nil {
-			return page, dbErr("list operations", err)
-		}
-		page.Items = append(page.Items, op)
-	}
-	if err := rows.Err(); err != nil {
-		return page, dbErr("list operations", err)
-	}
-	if len(page.Items) > n {
-		page.Items = page.Items[:n]
-		last := page.Items[n-1]
-		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
-	}
-	return page, nil
+	return listPage(ctx, c.bind(ctx), q, scanOp, func(op *store.Operation) (time.Time, string) { return op.CreatedAt, op.ID })
 }
 
 func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.OperationState, to store.OperationState,

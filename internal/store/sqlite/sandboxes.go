@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -154,31 +154,18 @@ func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sand
 }
 
 func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error) {
-	c = c.bind(ctx)
-	var page store.Page[*store.Sandbox]
-	cur, err := decodeCursor(f.PageToken)
-	if err != nil {
-		return page, err
-	}
-	var where []string
-	var args []any
+	q := pageQuery{what: "list sandboxes", cols: sandboxCols, table: "sandboxes", PageRequest: f.PageRequest}
 	if f.TenantID != "" {
-		where, args = append(where, "tenant_id = ?"), append(args, f.TenantID)
+		q.filter("tenant_id = ?", f.TenantID)
 	}
 	if len(f.States) > 0 {
-		where = append(where, "state IN ("+placeholders(len(f.States))+")")
-		for _, s := range f.States {
-			args = append(args, string(s))
-		}
+		q.filter("state IN ("+placeholders(len(f.States))+")", stateArgs(f.States)...)
 	}
 	if len(f.ExcludeStates) > 0 {
-		where = append(where, "state NOT IN ("+placeholders(len(f.ExcludeStates))+")")
-		for _, s := range f.ExcludeStates {
-			args = append(args, string(s))
-		}
+		q.filter("state NOT IN ("+placeholders(len(f.ExcludeStates))+")", stateArgs(f.ExcludeStates)...)
 	}
 	if f.Worker != "" {
-		where, args = append(where, "worker = ?"), append(args, f.Worker)
+		q.filter("worker = ?", f.Worker)
 	}
 	keys := make([]string, 0, len(f.Metadata))
 	for k := range f.Metadata {
@@ -186,41 +173,18 @@ func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		where = append(where, "EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) WHERE json_each.key = ? AND json_each.value = ? AND json_each.type = 'text')")
-		args = append(args, k, f.Metadata[k])
+		q.filter("EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) WHERE json_each.key = ? AND json_each.value = ? AND json_each.type = 'text')",
+			k, f.Metadata[k])
 	}
-	if cur != nil {
-		where = append(where, "(created_at > ? OR (created_at = ? AND id > ?))")
-		args = append(args, cur.at, cur.at, cur.id)
+	return listPage(ctx, c.bind(ctx), q, scanSandbox, func(sb *store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
+}
+
+func stateArgs(states []store.SandboxState) []any {
+	args := make([]any, len(states))
+	for i, s := range states {
+		args[i] = string(s)
 	}
-	q := `SELECT ` + sandboxCols + ` FROM sandboxes`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	n := pageSize(f.PageSize)
-	q += " ORDER BY created_at, id LIMIT ?"
-	args = append(args, n+1)
-	rows, err := c.rd.QueryContext(ctx, q, args...)
-	if err != nil {
-		return page, dbErr("list sandboxes", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return page, dbErr("list sandboxes", err)
-		}
-		page.Items = append(page.Items, sb)
-	}
-	if err := rows.Err(); err != nil {
-		return page, dbErr("list sandboxes", err)
-	}
-	if len(page.Items) > n {
-		page.Items = page.Items[:n]
-		last := page.Items[n-1]
-		page.NextPageToken = encodeCursor(nanos(last.CreatedAt), last.ID)
-	}
-	return page, nil
+	return args
 }
 
 // TransitionSandbox compares the state, applies mutate and writes, in one
