@@ -74,8 +74,10 @@ func run(runs int, agent, dataDir, accel string, mib int) error {
 	if err != nil {
 		return err
 	}
+	// DisableSnapshots: every create is a real cold boot, not a restore of
+	// the template's ready snapshot (bench/snapshots measures those).
 	w, err := local.New(ctx, local.Config{Storage: st, Driver: driver, Kernel: k.Vmlinuz, Initrd: ir.Path,
-		TemplatesDir: templates, Logger: log})
+		TemplatesDir: templates, Logger: log, DisableSnapshots: true})
 	if err != nil {
 		return err
 	}
