@@ -191,7 +191,7 @@ func (b *bench) createToFirst(w *local.Worker, name string, sp worker.SandboxSpe
 		id := b.id()
 		// Steady state: a pooled VM is ready when the request comes (the
 		// pool refills in the background between requests).
-		for deadline := time.Now().Add(30 * time.Second); w.PoolStats().Ready < min(2, b.runs) && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(30 * time.Second); w.PoolStats().Made > 0 && w.PoolStats().Ready < 2 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		t0 := time.Now()
