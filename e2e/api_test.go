@@ -450,6 +450,16 @@ func testOperations(t *testing.T, c *client, sbx apiv1.Sandbox) {
 	if st := c.do("GET", "/v1/operations/op_nope", nil, nil); st != 404 {
 		t.Errorf("unknown operation = %d", st)
 	}
+	// Cancel is best effort: a finished operation stays as it ended.
+	create := list.Operations[len(list.Operations)-1]
+	var after apiv1.Operation
+	c.mustDo("POST", "/v1/operations/"+create.ID+"/cancel", map[string]any{}, &after, 200)
+	if after.State != "succeeded" {
+		t.Errorf("cancel of a finished operation changed it to %s", after.State)
+	}
+	if st := c.do("POST", "/v1/operations/op_nope/cancel", map[string]any{}, nil); st != 404 {
+		t.Errorf("cancel of an unknown operation = %d", st)
+	}
 }
 
 func testDelete(t *testing.T, c *client, sbx apiv1.Sandbox) {
