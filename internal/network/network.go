@@ -288,6 +288,24 @@ func (m *Manager) Acquire(ctx context.Context, id string) (*Sandbox, error) {
 	}
 }
 
+// Rename gives sb's namespace to sandbox id and returns it under its new
+// name; sb must not be used afterwards. Only the bind mount that names the
+// namespace moves: its links, addresses and rules stay, and so does a tap
+// fd a VMM holds (a tap belongs to the namespace, not to its name), so a
+// VM started on a namespace acquired under a placeholder id (a pooled VM)
+// becomes the sandbox's. It is ErrConflict if id already has a namespace;
+// sb then keeps its name.
+func (m *Manager) Rename(ctx context.Context, sb *Sandbox, id string) (*Sandbox, error) {
+	if !idRE.MatchString(id) || strings.HasPrefix(id, "pool-") {
+		return nil, fmt.Errorf("sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	to := &Sandbox{ID: id, Name: m.NameOf(id), cfg: m.cfg}
+	if err := renameNamed(sb.Name, to.Name); err != nil {
+		return nil, err
+	}
+	return to, nil
+}
+
 // Adopt returns the existing namespace of sandbox id, e.g. after a worker
 // restart; ErrNotFound when there is none.
 func (m *Manager) Adopt(ctx context.Context, id string) (*Sandbox, error) {

@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/space-sandbox/space/internal/errdefs"
 )
 
 func requireNetAdmin(t testing.TB) {
@@ -182,4 +185,76 @@ func TestAcquireFromPool(t *testing.T) {
 		t.Fatalf("renamed namespace lost its tap: %v", err)
 	}
 	f.Close()
+}
+
+// TestRenameKeepsOpenTap renames a namespace whose tap a "VMM" (here, the
+// test) holds open: the frames it writes afterwards arrive on the tap of the
+// namespace under its new name, the old name is gone, and renaming onto a
+// taken name is ErrConflict and leaves the namespace where it was.
+func TestRenameKeepsOpenTap(t *testing.T) {
+	requireNetAdmin(t)
+	ctx := context.Background()
+	m := New(ctx, Config{Instance: testInstance, PoolSize: -1})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	pooled, err := m.Acquire(ctx, "tnet-ren-pvm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), pooled) })
+	taken, err := m.Acquire(ctx, "tnet-ren-taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), taken) })
+	vmm, err := pooled.OpenTap(TapOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vmm.Close()
+
+	if _, err := m.Rename(ctx, pooled, "tnet-ren-taken"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("rename onto a taken name: %v, want ErrConflict", err)
+	}
+	if _, err := os.Stat(pooled.Path()); err != nil {
+		t.Fatalf("failed rename lost the namespace: %v", err)
+	}
+	sb, err := m.Rename(ctx, pooled, "tnet-ren-sbx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), sb) })
+	if sb.Name != m.NameOf("tnet-ren-sbx") {
+		t.Fatalf("renamed to %s", sb.Name)
+	}
+	if _, err := os.Stat(pooled.Path()); !os.IsNotExist(err) {
+		t.Fatalf("old name still present: %v", err)
+	}
+
+	h, err := netns.GetFromPath(sb.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	rx := func() uint64 {
+		l, err := nl.LinkByName(TapName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Attrs().Statistics.RxPackets
+	}
+	before := rx()
+	// A broadcast ARP request, as a guest would send: the tap receives it.
+	frame := append(append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, GuestMAC...), 0x08, 0x06)
+	frame = append(frame, make([]byte, 46)...)
+	if _, err := vmm.Write(frame); err != nil {
+		t.Fatalf("write to the tap after rename: %v", err)
+	}
+	if after := rx(); after != before+1 {
+		t.Fatalf("tap of the renamed namespace received %d frames, want 1", after-before)
+	}
 }
