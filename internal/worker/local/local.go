@@ -125,8 +125,10 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if err := w.adoptAll(ctx); err != nil {
 		return nil, err
 	}
-	w.startPool(ctx)
+	// Namespaces first: the pool's filler makes new ones (for this
+	// process's pooled VMs) that no sandbox owns.
 	w.reapNamespaces(ctx)
+	w.startPool(ctx)
 	return w, nil
 }
 

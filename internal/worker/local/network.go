@@ -41,21 +41,27 @@ func (w *Worker) secretFunc(scope string) egress.SecretFunc {
 	return func(ctx context.Context, name string) (string, error) { return w.cfg.Secrets(ctx, scope, name) }
 }
 
-// netUp gives sb its namespace (a fresh one, or with adopt the one it
-// already has), opens the egress listeners in it and attaches them under
-// the sandbox's policy. On error nothing is left.
-func (w *Worker) netUp(ctx context.Context, sb *sandbox, adopt bool) (err error) {
+// checkPolicy is netUp's verdict on spec's policy alone: refused without
+// networking, parsed with it.
+func (w *Worker) checkPolicy(spec worker.SandboxSpec) error {
 	if !w.networking() {
-		if len(sb.spec.Network) > 0 && string(sb.spec.Network) != "null" {
+		if len(spec.Network) > 0 && string(spec.Network) != "null" {
 			return errdefs.New(errdefs.ErrFailedPrecondition, "network policies are not available on this worker")
 		}
 		return nil
 	}
-	id := sb.spec.ID
-	p, err := egress.ParsePolicy(sb.spec.Network)
-	if err != nil {
+	_, err := egress.ParsePolicy(spec.Network)
+	return err
+}
+
+// netUp gives sb its namespace (a fresh one, or with adopt the one it
+// already has), opens the egress listeners in it and attaches them under
+// the sandbox's policy. On error nothing is left.
+func (w *Worker) netUp(ctx context.Context, sb *sandbox, adopt bool) (err error) {
+	if err := w.checkPolicy(sb.spec); err != nil || !w.networking() {
 		return err
 	}
+	id := sb.spec.ID
 	var ns *network.Sandbox
 	if adopt {
 		ns, err = w.cfg.Network.Adopt(ctx, id)
@@ -66,16 +72,41 @@ func (w *Worker) netUp(ctx context.Context, sb *sandbox, adopt bool) (err error)
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
+	return w.attachNet(ctx, sb, ns)
+}
+
+// netUpPooled gives sb the namespace of the pooled VM e, renamed to sb's,
+// and attaches the egress listeners under sb's policy. On error the
+// namespace is released (e's VM then has no network: discard it).
+func (w *Worker) netUpPooled(ctx context.Context, sb *sandbox, e *poolEntry) error {
+	if err := w.checkPolicy(sb.spec); err != nil || !w.networking() {
+		return err
+	}
+	ns, err := w.cfg.Network.Rename(ctx, e.netns, sb.spec.ID)
+	if err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	e.netns = nil
+	return w.attachNet(ctx, sb, ns)
+}
+
+// attachNet opens the egress listeners in ns, attaches them under sb's
+// policy and makes ns sb's. On error ns is released.
+func (w *Worker) attachNet(ctx context.Context, sb *sandbox, ns *network.Sandbox) (err error) {
 	defer func() {
 		if err != nil {
 			_ = w.cfg.Network.Release(context.WithoutCancel(ctx), ns)
 		}
 	}()
+	p, err := egress.ParsePolicy(sb.spec.Network)
+	if err != nil {
+		return err
+	}
 	ls, err := ns.Listen(ctx)
 	if err != nil {
 		return err
 	}
-	if err := w.cfg.Egress.Attach(ctx, id, egress.Listeners{Proxy: ls.Proxy, DNSTCP: ls.DNSTCP, DNSUDP: ls.DNSUDP},
+	if err := w.cfg.Egress.Attach(ctx, sb.spec.ID, egress.Listeners{Proxy: ls.Proxy, DNSTCP: ls.DNSTCP, DNSUDP: ls.DNSUDP},
 		p, w.secretFunc(sb.spec.SecretScope)); err != nil {
 		_ = ls.Close()
 		return err
@@ -84,6 +115,22 @@ func (w *Worker) netUp(ctx context.Context, sb *sandbox, adopt bool) (err error)
 	sb.netns = ns
 	sb.mu.Unlock()
 	return nil
+}
+
+// poolNet gives a pooled VM its namespace, acquired under the placeholder
+// id pvm-<entry>, and the NIC on its tap; both nil without networking. No
+// listeners are opened in it: see pool.go.
+func (w *Worker) poolNet(ctx context.Context, entry string) (*network.Sandbox, *vmm.Network, error) {
+	if !w.networking() {
+		return nil, nil, nil
+	}
+	ns, err := w.cfg.Network.Acquire(ctx, "pvm-"+entry)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pool vm network: %w", err)
+	}
+	return ns, &vmm.Network{MAC: network.GuestMAC.String(), Tap: func() (*os.File, error) {
+		return ns.OpenTap(network.TapOptions{})
+	}}, nil
 }
 
 // netDown undoes netUp: egress detached (listeners closed), namespace

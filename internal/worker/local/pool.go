@@ -14,6 +14,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/vmm"
 )
 
@@ -30,10 +31,17 @@ import (
 // clock, exactly as after a restore. Pool VMs are never sandboxes: adoption never looks under pool/,
 // Close stops them, and New reaps any a crashed process left.
 //
-// Pools need a driver that restores in two steps (incomingDriver) and a
-// worker without networking: a sandbox's NIC lives in a namespace named
-// after the sandbox, which a VM started before the sandbox existed cannot
-// be on.
+// Pools need a driver that restores in two steps (incomingDriver). With
+// networking, each pooled VM has a namespace of its own, acquired under a
+// placeholder id (pvm-<entry>) and built like every sandbox's (deny-all
+// nftables, the same tap and addresses), with its NIC on the tap. No egress
+// listeners are open in it while pooled: guest TCP and DNS are redirected
+// to ports nothing listens on, so a pooled VM reaches nothing (and its guest
+// NIC has no address until configure). A take renames the namespace to the
+// sandbox's (QEMU keeps its tap fd: the tap belongs to the namespace, not to
+// its name), then opens and attaches the egress listeners under the
+// sandbox's policy. Close and discard release the namespace; New reaps the
+// ones a crashed process left (they are this instance's, and no sandbox's).
 
 const (
 	// DefaultPoolSize is Config.PoolSize when zero.
@@ -66,6 +74,9 @@ type poolEntry struct {
 	// stays up.
 	client *agentclient.Client
 	dial   *dialSwitch
+	// netns is the pooled VM's namespace (nil without networking); a take
+	// hands it to the sandbox and clears it.
+	netns *network.Sandbox
 }
 
 // dialSwitch is a DialFunc whose target can be changed.
@@ -118,7 +129,7 @@ func (w *Worker) poolRoot() string { return filepath.Join(w.cfg.Storage.Root(), 
 func (w *Worker) startPool(ctx context.Context) {
 	w.reapPool(ctx)
 	_, ok := w.cfg.Driver.(incomingDriver)
-	if !ok || !w.canSnapshot() || w.cfg.PoolSize < 0 || w.networking() {
+	if !ok || !w.canSnapshot() || w.cfg.PoolSize < 0 {
 		return
 	}
 	p := &vmPool{
@@ -272,6 +283,11 @@ func (p *vmPool) discard(e *poolEntry) {
 	if err := e.vm.Stop(ctx); err != nil {
 		p.w.log.Warn("stop pool vm", "err", err)
 	}
+	if e.netns != nil {
+		if err := p.w.cfg.Network.Release(ctx, e.netns); err != nil {
+			p.w.log.Warn("release pool vm network", "err", err)
+		}
+	}
 	_ = os.RemoveAll(e.dir)
 }
 
@@ -296,10 +312,19 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 			return nil, fmt.Errorf("copy snapshot %s: %w", f, err)
 		}
 	}
+	ns, nic, err := w.poolNet(ctx, filepath.Base(dir))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && ns != nil {
+			_ = w.cfg.Network.Release(context.WithoutCancel(ctx), ns)
+		}
+	}()
 	vm, err := w.cfg.Driver.(incomingDriver).StartIncoming(ctx, vmm.BootSpec{
 		ID: "pool-" + filepath.Base(dir), StateDir: filepath.Join(dir, vmDir),
 		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: filepath.Join(dir, diskFile)}},
-		VCPUs: t.m.VCPUs, MemoryMiB: t.m.MemoryMiB, MemoryFile: filepath.Join(dir, memFile),
+		VCPUs: t.m.VCPUs, MemoryMiB: t.m.MemoryMiB, MemoryFile: filepath.Join(dir, memFile), Network: nic,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start pool vm: %w", err)
@@ -312,7 +337,7 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 	if err := iv.Incoming(ctx, t.snap); err != nil { // stops vm on error
 		return nil, fmt.Errorf("restore pool vm: %w", err)
 	}
-	e := &poolEntry{dir: dir, vm: vm, memMiB: t.m.MemoryMiB, dial: &dialSwitch{f: vm.DialAgent}}
+	e := &poolEntry{dir: dir, vm: vm, memMiB: t.m.MemoryMiB, dial: &dialSwitch{f: vm.DialAgent}, netns: ns}
 	e.client = agentclient.New(e.dial.dial, w.log.With("pool", filepath.Base(dir)))
 	if err := w.warmPoolEntry(ctx, e); err != nil {
 		e.client.Close()
@@ -359,11 +384,31 @@ func (w *Worker) warmPoolEntry(ctx context.Context, e *poolEntry) error {
 	}
 }
 
-// restoreTemplate starts sb's VM from the template snapshot snap: a pooled
-// VM when one is ready, else a restore on the request path. It returns how.
-func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, m manifest) (string, error) {
+// takePooled returns a pooled VM of snap for sb with its network (when the
+// worker has networking) already sb's, or nil: then sb has no network yet.
+// A pooled VM whose namespace cannot become sb's is discarded.
+func (w *Worker) takePooled(ctx context.Context, sb *sandbox, snap string, m manifest) *poolEntry {
 	w.pool.want(snap, m)
-	if e := w.pool.take(snap); e != nil {
+	if err := w.checkPolicy(sb.spec); err != nil {
+		return nil // netUp refuses it; no pooled VM is spent on it
+	}
+	e := w.pool.take(snap)
+	if e == nil {
+		return nil
+	}
+	if err := w.netUpPooled(ctx, sb, e); err != nil {
+		w.log.Warn("pooled vm network unusable: restoring instead", "sandbox", sb.spec.ID, "err", err)
+		w.pool.discard(e)
+		return nil
+	}
+	return e
+}
+
+// restoreTemplate starts sb's VM from the template snapshot snap: the
+// pooled VM e (from takePooled) when there is one, else a restore on the
+// request path. It returns how.
+func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, m manifest, e *poolEntry) (string, error) {
+	if e != nil {
 		err := w.adoptPoolEntry(sb, e, m)
 		if err != nil {
 			w.log.Warn("pooled vm unusable: restoring instead", "sandbox", sb.spec.ID, "err", err)

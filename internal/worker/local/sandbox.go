@@ -211,21 +211,31 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	if err := writeJSON(sb.path(specFile), spec); err != nil {
 		return worker.SandboxStatus{}, err
 	}
-	if err := w.netUp(ctx, sb, false); err != nil {
-		return worker.SandboxStatus{}, err
+	// A pooled VM comes with its network (pool.go); else sb gets one now.
+	var snap string
+	var m manifest
+	var haveSnap bool
+	var pooled *poolEntry
+	if ck == nil {
+		snap, m, haveSnap = w.templateSnapshot(ctx, spec)
+		if haveSnap {
+			pooled = w.takePooled(ctx, sb, snap, m)
+		}
+	}
+	if pooled == nil {
+		if err := w.netUp(ctx, sb, false); err != nil {
+			return worker.SandboxStatus{}, err
+		}
 	}
 	how := "cold boot"
 	switch {
 	case ck != nil:
 		how = "branch of " + ck.ID
 		err = w.branch(ctx, sb, *ck)
+	case haveSnap:
+		how, err = w.restoreTemplate(ctx, sb, snap, m, pooled)
 	default:
-		snap, m, ok := w.templateSnapshot(ctx, spec)
-		if ok {
-			how, err = w.restoreTemplate(ctx, sb, snap, m)
-		} else {
-			err = w.coldBoot(ctx, sb)
-		}
+		err = w.coldBoot(ctx, sb)
 	}
 	if err != nil {
 		return worker.SandboxStatus{}, err
