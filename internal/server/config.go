@@ -14,6 +14,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/guest"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker/local"
 )
 
 // Config is spaced's one configuration struct. Every field has a flag; the
@@ -32,7 +33,10 @@ type Config struct {
 	// read path sources from, besides <DataDir>/imports.
 	TemplateSourceRoots []string
 
-	BootTimeout  time.Duration
+	BootTimeout time.Duration
+	// PoolSize is how many restored, warmed VMs to keep per template
+	// snapshot in use, to take on create; 0 disables pools.
+	PoolSize     int
 	DefaultQuota store.Quota
 	LogFormat    string // text|json
 	LogLevel     string // debug|info|warn|error
@@ -58,6 +62,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into guests")
 	fs.StringVar(&cfg.QEMUBinary, "qemu", "", "qemu-system-x86_64 binary (default: from PATH)")
 	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", 2*time.Minute, "bound on boot to agent ready")
+	fs.IntVar(&cfg.PoolSize, "pool-size", local.DefaultPoolSize, "restored, warmed VMs kept per template in use, taken on create (0 disables pools)")
 	fs.IntVar(&cfg.DefaultQuota.MaxSandboxes, "quota-sandboxes", 20, "default per-tenant limit on live sandboxes")
 	fs.IntVar(&cfg.DefaultQuota.MaxVCPUs, "quota-vcpus", 32, "default per-tenant limit on vCPUs of live sandboxes")
 	fs.IntVar(&cfg.DefaultQuota.MaxMemoryMiB, "quota-memory-mib", 32768, "default per-tenant limit on memory of live sandboxes")
@@ -65,6 +70,9 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if cfg.PoolSize < 0 {
+		return Config{}, fmt.Errorf("--pool-size must be 0 or more, not %d", cfg.PoolSize)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())

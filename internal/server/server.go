@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/guest"
@@ -112,10 +114,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
 		Logger:      log,
 		Network:     nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
+		PoolSize: workerPoolSize(cfg.PoolSize),
 	})
 	if err != nil {
 		return err
 	}
+	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "space", Name: "pool_ready",
+		Help: "Restored, warmed VMs ready to be taken by a create (all templates).",
+	}, func() float64 { return float64(wk.PoolStats().Ready) }))
 	closers = append(closers, func() { wk.Close() })
 	ops := operation.New(operation.Config{Store: db, Logger: log, Registerer: metrics.Registry})
 	closers = append(closers, func() {
@@ -174,6 +181,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// workerPoolSize maps --pool-size (0 disables) to local.Config.PoolSize
+// (0 is the default there, negative disables).
+func workerPoolSize(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // templateBuilders makes the API's template builders. Path sources must lie
