@@ -10,7 +10,8 @@ import (
 type Record struct {
 	Time    time.Time `json:"time"`
 	Sandbox string    `json:"sandbox"`
-	// Kind is "http", "tls", "tcp" or "dns".
+	// Kind is "http", "https" (a request inside an intercepted TLS
+	// connection), "tls", "tcp" or "dns".
 	Kind string `json:"kind"`
 	// Destination is what the guest asked for: a name (with port) when it
 	// gave one, the address it dialled otherwise.

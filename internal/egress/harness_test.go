@@ -113,6 +113,13 @@ type env struct {
 
 func newEnv(t testing.TB, p Policy) *env {
 	t.Helper()
+	return newEnvWith(t, p, nil)
+}
+
+// newEnvWith is newEnv with the Service's Config adjusted by mod (given
+// the env, whose upstreams are already running).
+func newEnvWith(t testing.TB, p Policy, mod func(*env, *Config)) *env {
+	t.Helper()
 	requireNetAdmin(t)
 	n := int(envSeq.Add(1)) + os.Getpid()%50*4
 	e := &env{
@@ -141,7 +148,11 @@ func newEnv(t testing.TB, p Policy) *env {
 	}
 	e.sb = sb
 	t.Cleanup(func() { e.net.Release(context.Background(), sb) })
-	e.svc = New(Config{Resolver: e.res, Forbidden: []netip.Prefix{network.GuestPrefix}, MaxConns: 8, PeekTimeout: 2 * time.Second})
+	cfg := Config{Resolver: e.res, Forbidden: []netip.Prefix{network.GuestPrefix}, MaxConns: 8, PeekTimeout: 2 * time.Second}
+	if mod != nil {
+		mod(e, &cfg)
+	}
+	e.svc = New(cfg)
 	ls, err := sb.Listen(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +265,18 @@ func (e *env) startUpstream() {
 		e.serveIn(a, 443, "tcp", func(l net.Listener) {
 			(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				e.hits[tlsLabel].Add(1)
+				if r.URL.Path == "/echo" { // as the plain-HTTP servers do
+					if label == "A" {
+						select {
+						case e.seen <- r.Header.Clone():
+						default:
+						}
+					}
+					w.Header().Set("X-Echo-Authorization", r.Header.Get("Authorization"))
+					fmt.Fprintf(w, "server=%s host=%s proto=%s\n", label, r.Host, r.Proto)
+					r.Header.Write(w)
+					return
+				}
 				fmt.Fprintf(w, "server=%s\n", label)
 			})}).Serve(tls.NewListener(l, &tls.Config{Certificates: []tls.Certificate{cert}}))
 		})

@@ -16,13 +16,20 @@ import (
 // httpIdle bounds how long a kept-alive guest connection may sit idle.
 const httpIdle = 5 * time.Minute
 
-// serveHTTP proxies plain HTTP/1.x request by request: each request is judged
+// serveHTTP proxies HTTP/1.x request by request: each request is judged
 // by its own Host under the policy current at that moment, sent to the
 // address the platform resolved for that Host, and given the credentials its
 // domain's inject rules name; responses are scrubbed of those credentials.
-func (c *proxyConn) serveHTTP(br *bufio.Reader) {
+// g is the guest's side: the raw connection for plain HTTP, or the
+// terminated TLS connection when intercepting (secure), in which case each
+// upstream is reached over TLS verified for the request's Host.
+func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 	sb := c.sb
 	port := c.dst.Port()
+	kind := "http"
+	if secure {
+		kind = "https"
+	}
 	var up net.Conn
 	var upBR *bufio.Reader
 	var upName string
@@ -32,33 +39,33 @@ func (c *proxyConn) serveHTTP(br *bufio.Reader) {
 		}
 	}()
 	for {
-		_ = c.guest.SetReadDeadline(time.Now().Add(httpIdle))
+		_ = g.SetReadDeadline(time.Now().Add(httpIdle))
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
 		}
-		_ = c.guest.SetReadDeadline(time.Time{})
+		_ = g.SetReadDeadline(time.Time{})
 		host := req.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
 		}
 		name := normalizeName(host)
 		r := sb.rules.Load()
-		rec := Record{Kind: "http", Destination: net.JoinHostPort(host, strconv.Itoa(int(port)))}
+		rec := Record{Kind: kind, Destination: net.JoinHostPort(host, strconv.Itoa(int(port)))}
 		if name == "" {
 			rec.Rule = "no host name"
 			if ok, rule := r.decideAddr(c.dst.Addr()); ok {
 				rec.Rule = rule + " (HTTP by address needs a CIDR rule)"
 			}
 			sb.record(rec)
-			deny(c.guest, req)
+			deny(g, req)
 			return
 		}
 		ok, rule := r.decideName(name)
 		rec.Rule = rule
 		if !ok {
 			sb.record(rec)
-			deny(c.guest, req)
+			deny(g, req)
 			return
 		}
 		if up == nil || name != upName {
@@ -66,13 +73,20 @@ func (c *proxyConn) serveHTTP(br *bufio.Reader) {
 				up.Close()
 			}
 			conn, addr, why := sb.dialName(sb.ctx, r, name, port)
+			if conn != nil && secure {
+				conn, why = sb.upstreamTLS(sb.ctx, conn, name)
+			}
 			if conn == nil {
 				rec.Rule = why
 				sb.record(rec)
-				writeStatus(c.guest, req, http.StatusBadGateway, "egress: upstream unavailable\n")
+				msg := "egress: upstream unavailable\n"
+				if why == whyUntrusted {
+					msg = "egress: upstream certificate not trusted\n"
+				}
+				writeStatus(g, req, http.StatusBadGateway, msg)
 				return
 			}
-			if c.setUpstream("http", name, conn) != nil {
+			if c.setUpstream(kind, name, conn) != nil {
 				conn.Close()
 				return
 			}
@@ -85,13 +99,13 @@ func (c *proxyConn) serveHTTP(br *bufio.Reader) {
 		if err != nil {
 			rec.Rule = "credential unavailable"
 			sb.record(rec)
-			writeStatus(c.guest, req, http.StatusBadGateway, "egress: credential unavailable\n")
+			writeStatus(g, req, http.StatusBadGateway, "egress: credential unavailable\n")
 			return
 		}
 		rec.Allowed = true
 		out0, in0 := c.out.Load(), c.in.Load()
 		p := sb.record(rec)
-		keep := c.roundTrip(req, br, up, upBR, secrets)
+		keep := c.roundTrip(g, req, br, up, upBR, secrets)
 		sb.audit.update(p, c.out.Load()-out0, c.in.Load()-in0)
 		if !keep {
 			return
@@ -136,17 +150,17 @@ func (c *proxyConn) inject(ctx context.Context, r *rules, name string, req *http
 
 // roundTrip sends req upstream and streams the response back, scrubbed.
 // It reports whether the guest connection may carry another request.
-func (c *proxyConn) roundTrip(req *http.Request, guestBR *bufio.Reader, up net.Conn, upBR *bufio.Reader, secrets []string) bool {
+func (c *proxyConn) roundTrip(g net.Conn, req *http.Request, guestBR *bufio.Reader, up net.Conn, upBR *bufio.Reader, secrets []string) bool {
 	req.Header.Del("Expect") // no 100-continue dance through the proxy
 	req.Header.Del("Proxy-Connection")
 	uw := &countWriter{w: up, n: &c.out}
 	if err := req.Write(uw); err != nil {
-		writeStatus(c.guest, req, http.StatusBadGateway, "egress: upstream write failed\n")
+		writeStatus(g, req, http.StatusBadGateway, "egress: upstream write failed\n")
 		return false
 	}
 	resp, err := http.ReadResponse(upBR, req)
 	if err != nil {
-		writeStatus(c.guest, req, http.StatusBadGateway, "egress: bad upstream response\n")
+		writeStatus(g, req, http.StatusBadGateway, "egress: bad upstream response\n")
 		return false
 	}
 	defer resp.Body.Close()
@@ -164,7 +178,7 @@ func (c *proxyConn) roundTrip(req *http.Request, guestBR *bufio.Reader, up net.C
 		case "gzip", "x-gzip":
 			zr, err := gzip.NewReader(resp.Body)
 			if err != nil {
-				writeStatus(c.guest, req, http.StatusBadGateway, "egress: bad upstream encoding\n")
+				writeStatus(g, req, http.StatusBadGateway, "egress: bad upstream encoding\n")
 				return false
 			}
 			resp.Body = struct {
@@ -176,7 +190,7 @@ func (c *proxyConn) roundTrip(req *http.Request, guestBR *bufio.Reader, up net.C
 			resp.ContentLength = -1
 			resp.TransferEncoding = []string{"chunked"}
 		default:
-			writeStatus(c.guest, req, http.StatusBadGateway, "egress: upstream encoding not scrubbable\n")
+			writeStatus(g, req, http.StatusBadGateway, "egress: upstream encoding not scrubbable\n")
 			return false
 		}
 		resp.Body = struct {
@@ -184,7 +198,7 @@ func (c *proxyConn) roundTrip(req *http.Request, guestBR *bufio.Reader, up net.C
 			io.Closer
 		}{sc.reader(resp.Body), resp.Body}
 	}
-	if err := resp.Write(c.guest); err != nil {
+	if err := resp.Write(g); err != nil {
 		return false
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -193,7 +207,7 @@ func (c *proxyConn) roundTrip(req *http.Request, guestBR *bufio.Reader, up net.C
 			from = sc.reader(upBR)
 		}
 		done := make(chan struct{})
-		go func() { defer close(done); io.Copy(c.guest, from); closeWrite(c.guest) }()
+		go func() { defer close(done); io.Copy(g, from); closeWrite(g) }()
 		io.Copy(uw, guestBR)
 		closeWrite(up)
 		<-done

@@ -146,11 +146,20 @@ func (c *proxyConn) handle() {
 			c.byAddress(dst, "tls", br)
 			return
 		}
-		c.forwardNamed("tls", normalizeName(name), dst.Port(), br)
+		name = normalizeName(name)
+		note := ""
+		if len(r.injectionsFor(name)) > 0 {
+			if sb.svc.cfg.CA != nil {
+				c.intercept(name, br)
+				return
+			}
+			note = " (TLS passed through: inject rules apply to plain HTTP only)"
+		}
+		c.forwardNamed("tls", name, dst.Port(), br, note)
 		return
 	}
 	if looksLikeHTTP(br) {
-		c.serveHTTP(br)
+		c.serveHTTP(c.guest, br, false)
 		return
 	}
 	_ = c.guest.SetReadDeadline(time.Time{})
@@ -197,11 +206,15 @@ func (c *proxyConn) forwardRawBuffered(dst netip.AddrPort, rule string, from io.
 
 // forwardNamed connects a TLS connection to the address the platform
 // resolves for name, whatever address the guest dialled.
-func (c *proxyConn) forwardNamed(kind, name string, port uint16, br *bufio.Reader) {
+// note is appended to the audit rule of an allowed connection.
+func (c *proxyConn) forwardNamed(kind, name string, port uint16, br *bufio.Reader, note string) {
 	r := c.sb.rules.Load()
 	rec := Record{Kind: kind, Destination: net.JoinHostPort(name, strconv.Itoa(int(port)))}
 	ok, rule := r.decideName(name)
 	rec.Rule = rule
+	if ok {
+		rec.Rule += note
+	}
 	if !ok {
 		c.sb.record(rec)
 		return

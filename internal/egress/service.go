@@ -6,6 +6,12 @@
 // plain-HTTP requests for matching domains with the secret scrubbed from what
 // flows back, per-sandbox connection limits, and an audit ring per sandbox.
 //
+// With a per-deployment CA (Config.CA, see LoadOrCreateCA) it also injects
+// into HTTPS: TLS whose SNI names a domain with inject rules is terminated
+// with a leaf the CA signs and re-originated to an upstream verified
+// against Config.UpstreamRoots; every other TLS connection still passes
+// through untouched.
+//
 // It does not create namespaces or firewall rules (package network does and
 // hands it listeners bound inside the sandbox namespace), and it never stores
 // secret values: they are resolved through a caller's function per request.
@@ -13,6 +19,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +60,14 @@ type Config struct {
 	PeekTimeout time.Duration
 	// DNSTTL is the TTL of DNS answers (default 5 s, so policy changes bite soon).
 	DNSTTL time.Duration
+	// CA, when set, turns on HTTPS credential injection: TLS connections
+	// whose SNI names a domain with inject rules are terminated with a leaf
+	// it signs (see TrustedCA for the guest's side). Nil: TLS always passes
+	// through untouched and inject rules apply to plain HTTP only.
+	CA *CA
+	// UpstreamRoots verify upstreams of intercepted connections (default:
+	// the system store).
+	UpstreamRoots *x509.CertPool
 }
 
 // Listeners are the sockets the guest's traffic is redirected to (see
@@ -68,6 +83,7 @@ type Service struct {
 	cfg   Config
 	log   *slog.Logger
 	guard *guard
+	roots *x509.CertPool // nil: the system store
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -97,7 +113,17 @@ func New(cfg Config) *Service {
 	if cfg.DNSTTL <= 0 {
 		cfg.DNSTTL = 5 * time.Second
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, guard: &guard{extra: cfg.Forbidden}, sandboxes: map[string]*sandbox{}}
+	return &Service{cfg: cfg, log: cfg.Logger, guard: &guard{extra: cfg.Forbidden}, roots: cfg.UpstreamRoots,
+		sandboxes: map[string]*sandbox{}}
+}
+
+// TrustedCA is the PEM certificate guests must trust for HTTPS credential
+// injection, or nil when it is off. It never includes the key.
+func (s *Service) TrustedCA() []byte {
+	if s == nil || s.cfg.CA == nil {
+		return nil
+	}
+	return s.cfg.CA.CertPEM()
 }
 
 // sandbox is one attached sandbox.

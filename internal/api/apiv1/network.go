@@ -24,7 +24,7 @@ type SecretList struct {
 // DNS query the guest attempted and what the policy made of it.
 type NetworkRecord struct {
 	Time        time.Time `json:"time"`
-	Kind        string    `json:"kind"` // "http", "tls", "tcp" or "dns"
+	Kind        string    `json:"kind"` // "http", "https" (inside intercepted TLS), "tls", "tcp" or "dns"
 	Destination string    `json:"destination"`
 	Upstream    string    `json:"upstream,omitempty"`
 	Allowed     bool      `json:"allowed"`
