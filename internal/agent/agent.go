@@ -116,6 +116,11 @@ func (a *Agent) Configure(c agentproto.Configure) error {
 				return err
 			}
 		}
+		if len(c.TrustedCA) > 0 {
+			if err := installTrustedCA("/", c.TrustedCA); err != nil {
+				return err
+			}
+		}
 		if !c.Now.IsZero() {
 			tv := unix.NsecToTimeval(c.Now.UnixNano())
 			if err := unix.Settimeofday(&tv); err != nil {

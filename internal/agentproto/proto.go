@@ -128,6 +128,10 @@ type Configure struct {
 	// Network, when set, is the configuration of the guest's NIC; agents
 	// that predate it ignore the field.
 	Network *GuestNetwork `json:"network,omitempty"`
+	// TrustedCA, when set, is a PEM CA certificate (never a key) the agent
+	// adds to the guest's trust store: the platform's egress CA, for HTTPS
+	// credential injection. Agents that predate it ignore the field.
+	TrustedCA []byte `json:"trusted_ca,omitempty"`
 }
 
 // GuestNetwork is what the agent sets up on the guest's NIC: lo and the NIC

@@ -190,7 +190,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	if err := w.restoreInto(ctx, sb, dir, m, false); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("restore checkpoint (the sandbox has no VM now): %w", err)
 	}
-	if err := configure(ctx, sb.agent, spec); err != nil {
+	if err := w.configure(ctx, sb.agent, spec); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("configure agent after restore: %w", err)
 	}
 	w.log.Info("sandbox restored to checkpoint", "sandbox", sandboxID, "checkpoint", checkpointID)

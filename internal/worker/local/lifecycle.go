@@ -141,7 +141,7 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 		sb.mu.Unlock()
 		return worker.SandboxStatus{}, err
 	}
-	if err := configure(ctx, sb.agent, sb.spec); err != nil {
+	if err := w.configure(ctx, sb.agent, sb.spec); err != nil {
 		w.abandonVM(ctx, sb, true)
 		sb.mu.Lock()
 		sb.suspended = true

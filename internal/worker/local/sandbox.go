@@ -240,7 +240,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	if err != nil {
 		return worker.SandboxStatus{}, err
 	}
-	if err := configure(ctx, sb.agent, spec); err != nil {
+	if err := w.configure(ctx, sb.agent, spec); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("configure agent: %w", err)
 	}
 	took := time.Since(started)
@@ -315,16 +315,22 @@ func (w *Worker) waitAgent(ctx context.Context, vm vmm.VM, client *agentclient.C
 		WithCause(fmt.Errorf("agent not ready: %v (vm err: %v); console:\n%s", err, vm.Err(), tail))
 }
 
-// configure hands the agent its identity with fresh entropy and the clock.
-func configure(ctx context.Context, c *agentclient.Client, spec worker.SandboxSpec) error {
+// configure hands the agent its identity with fresh entropy and the clock,
+// and a networked guest the egress CA to trust (when HTTPS injection is on).
+func (w *Worker) configure(ctx context.Context, c *agentclient.Client, spec worker.SandboxSpec) error {
 	seed := make([]byte, 64)
 	if _, err := rand.Read(seed); err != nil {
 		return err
 	}
 	host := hostname(spec)
+	gn := guestNetwork(spec)
+	var ca []byte
+	if gn != nil && w.networking() {
+		ca = w.cfg.Egress.TrustedCA()
+	}
 	return c.Configure(ctx, agentproto.Configure{
 		SandboxID: spec.ID, Hostname: host, Env: spec.Env, Entropy: seed, Now: time.Now().UTC(),
-		Network: guestNetwork(spec),
+		Network: gn, TrustedCA: ca,
 	})
 }
 
