@@ -1,13 +1,19 @@
 // Command api is a bounded load benchmark of the HTTP API of a real spaced:
 // p50/p99 of GET /v1/sandboxes/{id} and of a command round trip (POST exec
 // of `true`) with -clients concurrent clients, and time-to-ready of
-// -creates concurrent creates with their success rate.
+// -creates concurrent creates with their success rate. Before that it
+// measures create to first command (API create → operation succeeded →
+// `true` exited 0), one sandbox at a time, -first-runs times with pools
+// (--pool-size -pool-size) and as many without (--pool-size 0, a second
+// spaced), waiting for a full pool before each pooled run.
 //
 // By default it starts bin/spaced on a temporary data dir and stops it (and
 // deletes its sandboxes) afterwards; -url and -key point it at a running
-// server instead.
+// server instead (then create to first command is measured once, with
+// whatever pools that server keeps).
 //
 //	go run ./bench/api -clients 50 -requests 2000 -creates 20
+//	go run ./bench/api -load=false -first-runs 15
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +43,8 @@ type config struct {
 	clients, requests      int
 	execs, creates         int
 	createTimeout, maxTime time.Duration
+	load                   bool
+	firstRuns, poolSize    int
 }
 
 func main() {
@@ -49,6 +58,9 @@ func main() {
 	flag.IntVar(&cfg.creates, "creates", 20, "concurrent sandbox creates")
 	flag.DurationVar(&cfg.createTimeout, "create-timeout", 5*time.Minute, "bound on one create")
 	flag.DurationVar(&cfg.maxTime, "max-time", 20*time.Minute, "bound on the whole run")
+	flag.BoolVar(&cfg.load, "load", true, "run the load measures (GET, exec, concurrent creates)")
+	flag.IntVar(&cfg.firstRuns, "first-runs", 10, "create-to-first-command runs with and without pools (0 skips)")
+	flag.IntVar(&cfg.poolSize, "pool-size", 2, "--pool-size of the pooled server (and the pooled VMs awaited before each run)")
 	flag.Parse()
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/api:", err)
@@ -59,8 +71,24 @@ func main() {
 func run(cfg config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.maxTime)
 	defer cancel()
+	var first []stats.Series
+	var notes []string
+	if cfg.firstRuns > 0 {
+		var err error
+		if first, notes, err = measureFirst(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if !cfg.load {
+		fmt.Println("bench/api: create to first command, sequential")
+		stats.Print(os.Stdout, first...)
+		for _, n := range notes {
+			fmt.Println(n)
+		}
+		return nil
+	}
 	if cfg.url == "" {
-		stop, url, key, err := startServer(cfg.spaced)
+		stop, url, key, err := startServer(cfg.spaced, "--pool-size", strconv.Itoa(cfg.poolSize))
 		if err != nil {
 			return err
 		}
@@ -125,7 +153,10 @@ func run(cfg config) error {
 	}
 
 	fmt.Printf("bench/api against %s\n", cfg.url)
-	stats.Print(os.Stdout, get, execRT, ready)
+	stats.Print(os.Stdout, append(first, get, execRT, ready)...)
+	for _, n := range notes {
+		fmt.Println(n)
+	}
 	fmt.Printf("errors: GET %d/%d, exec %d/%d; creates succeeded %d/%d (%.0f%%)\n",
 		getErrs, cfg.requests, execErrs, cfg.execs, ok, cfg.creates, 100*float64(ok)/float64(cfg.creates))
 	if firstErr != nil {
@@ -235,9 +266,9 @@ func (c *client) delete(id string) {
 
 var listenRE = regexp.MustCompile(`msg="spaced serving" listen=(\S+)`)
 
-// startServer runs spaced on a temporary data dir; stop ends it and
-// unmounts and removes the data dir.
-func startServer(bin string) (stop func(), url, key string, err error) {
+// startServer runs spaced on a temporary data dir with extra flags; stop
+// ends it and unmounts and removes the data dir.
+func startServer(bin string, extra ...string) (stop func(), url, key string, err error) {
 	dir, err := os.MkdirTemp("", "space-bench-api-")
 	if err != nil {
 		return nil, "", "", err
@@ -248,7 +279,7 @@ func startServer(bin string) (stop func(), url, key string, err error) {
 	if err != nil {
 		return nil, "", "", err
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", data, "--quota-sandboxes", "100")
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--data-dir", data, "--quota-sandboxes", "100"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, "", "", err
