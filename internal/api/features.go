@@ -9,11 +9,19 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
+// FeatureEgressHTTPSInject gates HTTPS credential injection. It is a
+// deployment switch (spaced creates the egress CA and the proxy intercepts
+// TLS for inject domains only when it is on); no request field depends on
+// it: with it off, inject rules apply to plain HTTP and TLS to an inject
+// domain passes through untouched.
+const FeatureEgressHTTPSInject = "egress_https_inject"
+
 // knownFeatures are the feature gates this server knows. Incubating ones are
 // off unless the deployment enables them with --feature NAME.
 var knownFeatures = []apiv1.Feature{
-	{Name: "egress_https_inject", Stage: "incubating",
-		Description: "credential injection for HTTPS requests (needs the platform CA in the guest trust store)"},
+	{Name: FeatureEgressHTTPSInject, Stage: "incubating",
+		Description: "credential injection for HTTPS requests: TLS to a domain with inject rules is terminated by the egress proxy " +
+			"with a leaf from the deployment's CA, which the agent adds to the guest trust store (off: TLS always passes through)"},
 	{Name: featureNetworkLog, Stage: "incubating",
 		Description: "GET /v1/sandboxes/{id}/network/log: the egress audit records of a sandbox"},
 }

@@ -19,6 +19,12 @@ type doc struct {
 
 type param struct{ name, typ, desc string }
 
+// injectSemantics says where inject rules apply (see FeatureEgressHTTPSInject).
+const injectSemantics = "inject rules set the header on plain-HTTP requests to the domain; on HTTPS only where the server enables " +
+	"the incubating feature egress_https_inject (the egress proxy then terminates TLS for domains with inject rules with a leaf " +
+	"from the deployment's CA, which guests trust, and verifies the upstream); without it TLS to such a domain passes through " +
+	"untouched and without the header. TLS to domains without inject rules is never terminated."
+
 var (
 	pageParams = []param{{"page_size", "integer", "1-1000, default 50"}, {"page_token", "string", "next_page_token of the previous page"}}
 	pathParam  = param{"path", "string", "absolute path in the guest (required)"}
@@ -63,7 +69,7 @@ var docs = map[string]doc{
 	"POST /v1/operations/{id}/cancel": {summary: "Cancel an operation (best effort; pending ones are cancelled for sure)", status: "200", resp: "Operation"},
 
 	"POST /v1/sandboxes": {summary: "Create a sandbox (asynchronous). network is the egress policy {egress:{default,allow,deny},inject:[{domain,header,value}]} " +
-		"(absent: deny all). With from_checkpoint (a ready checkpoint of the tenant) the sandbox is a branch (operation type branch): " +
+		"(absent: deny all). " + injectSemantics + " With from_checkpoint (a ready checkpoint of the tenant) the sandbox is a branch (operation type branch): " +
 		"its disk, memory and processes start as they were at the checkpoint, its template and sizes are the checkpoint's " +
 		"(template, vcpus, memory_mib, disk_mib may be left out; other values are 400); a checkpoint not ready is 409 (details.state).",
 		body: "CreateSandboxRequest", status: "202", resp: "SandboxAndOperation"},
@@ -95,7 +101,7 @@ var docs = map[string]doc{
 	"DELETE /v1/checkpoints/{ckpt}": {summary: "Delete a checkpoint at once (synchronous, 204). Branches made from it and sandboxes restored to it " +
 		"keep working. A checkpoint still being created is 409", status: "204"},
 	"PUT /v1/sandboxes/{id}/network": {summary: "Replace the egress policy of a running, paused or suspended sandbox; applies at once " +
-		"(open connections it no longer allows are closed)", body: "NetworkPolicy", status: "200", resp: "Sandbox"},
+		"(open connections it no longer allows are closed). " + injectSemantics, body: "NetworkPolicy", status: "200", resp: "Sandbox"},
 	"GET /v1/sandboxes/{id}/network/log": {summary: "Egress audit records, oldest first (incubating: feature network_log)",
 		status: "200", resp: "NetworkLog"},
 

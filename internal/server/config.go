@@ -33,6 +33,10 @@ type Config struct {
 	// read path sources from, besides <DataDir>/imports.
 	TemplateSourceRoots []string
 
+	// EgressCAFiles are PEM CA certificates the egress proxy trusts, besides
+	// the system store, for upstreams of intercepted HTTPS.
+	EgressCAFiles []string
+
 	BootTimeout time.Duration
 	// PoolSize is how many restored, warmed VMs to keep per template
 	// snapshot in use, to take on create; 0 disables pools.
@@ -55,6 +59,8 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "data directory (store, keys, templates, sandboxes)")
 	var features multiFlag
 	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
+	var egressCAs multiFlag
+	fs.Var(&egressCAs, "egress-ca-file", "PEM CA certificates the egress proxy trusts for upstreams, besides the system store (repeatable)")
 	var sourceRoots multiFlag
 	fs.Var(&sourceRoots, "template-source-root", "host directory template builds may read oci/rootfs paths from, besides <data-dir>/imports (repeatable)")
 	fs.StringVar(&cfg.Accel, "accel", "auto", "VM acceleration: auto (KVM if a probe VM boots, else TCG), kvm or tcg")
@@ -78,6 +84,13 @@ func ParseFlags(args []string) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	cfg.Features = features
+	for _, f := range egressCAs {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.EgressCAFiles = append(cfg.EgressCAFiles, abs)
+	}
 	for _, root := range sourceRoots {
 		abs, err := filepath.Abs(root)
 		if err != nil {

@@ -101,7 +101,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		log.Info("admin API key", "path", keyPath)
 	}
 
-	nets, closeNet, err := startNetwork(ctx, cfg.DataDir, db, log)
+	nets, closeNet, err := startNetwork(ctx, cfg, db, log)
 	if err != nil {
 		return err
 	}
