@@ -150,7 +150,7 @@ func writeInitramfs(ctx context.Context, w io.Writer, k Kernel, agent []byte, mo
 	if err != nil {
 		return err
 	}
-	cw := &newcWriter{w: zw}
+	cw := &CPIOWriter{w: zw}
 	for _, d := range dirs {
 		cw.Dir(d, 0o755)
 	}
@@ -181,7 +181,7 @@ func writeInitramfs(ctx context.Context, w io.Writer, k Kernel, agent []byte, mo
 }
 
 // mkdirs adds dir and its missing parents, outermost first.
-func mkdirs(cw *newcWriter, made map[string]bool, dir string) {
+func mkdirs(cw *CPIOWriter, made map[string]bool, dir string) {
 	if dir == "." || dir == "/" || dir == "" || made[dir] {
 		return
 	}

@@ -5,13 +5,14 @@ import (
 	"io"
 )
 
-// newcWriter writes the "newc" (SVR4, no checksum) cpio format the kernel
-// unpacks into its initial rootfs. It is written here rather than taken from
+// CPIOWriter writes the "newc" (SVR4, no checksum) cpio format the kernel
+// unpacks into its initial rootfs; every initramfs SPACE makes (the agent's,
+// the VMM's accel probe, test guests) goes through it. It is written here rather than taken from
 // a library because the maintained Go cpio writers do not record device
 // numbers, and the initramfs needs a /dev/console node so PID 1 starts with
 // stdin/stdout/stderr attached. Every entry gets mtime 0 and a sequential
 // inode so the same input always gives the same bytes.
-type newcWriter struct {
+type CPIOWriter struct {
 	w   io.Writer
 	ino uint32
 	err error
@@ -27,7 +28,11 @@ const (
 
 var zeros [4]byte
 
-func (c *newcWriter) header(name string, mode uint32, size int64, nlink, rmajor, rminor uint32) {
+// NewCPIOWriter returns a writer of a newc archive to w. Errors stick: the
+// first one is returned by Close.
+func NewCPIOWriter(w io.Writer) *CPIOWriter { return &CPIOWriter{w: w} }
+
+func (c *CPIOWriter) header(name string, mode uint32, size int64, nlink, rmajor, rminor uint32) {
 	if c.err != nil {
 		return
 	}
@@ -42,7 +47,7 @@ func (c *newcWriter) header(name string, mode uint32, size int64, nlink, rmajor,
 	c.pad(int64(len(hdr) + len(name) + 1))
 }
 
-func (c *newcWriter) pad(n int64) {
+func (c *CPIOWriter) pad(n int64) {
 	if c.err != nil {
 		return
 	}
@@ -52,17 +57,17 @@ func (c *newcWriter) pad(n int64) {
 }
 
 // Dir adds a directory. Parents must have been added first.
-func (c *newcWriter) Dir(name string, perm uint32) {
+func (c *CPIOWriter) Dir(name string, perm uint32) {
 	c.header(name, sIFDIR|perm, 0, 2, 0, 0)
 }
 
 // CharDev adds a character device node.
-func (c *newcWriter) CharDev(name string, perm, major, minor uint32) {
+func (c *CPIOWriter) CharDev(name string, perm, major, minor uint32) {
 	c.header(name, sIFCHR|perm, 0, 1, major, minor)
 }
 
 // Symlink adds a symbolic link to target.
-func (c *newcWriter) Symlink(name, target string) {
+func (c *CPIOWriter) Symlink(name, target string) {
 	c.header(name, sIFLNK|0o777, int64(len(target)), 1, 0, 0)
 	if c.err == nil {
 		_, c.err = io.WriteString(c.w, target)
@@ -71,7 +76,7 @@ func (c *newcWriter) Symlink(name, target string) {
 }
 
 // File adds a regular file of exactly size bytes read from r.
-func (c *newcWriter) File(name string, perm uint32, r io.Reader, size int64) {
+func (c *CPIOWriter) File(name string, perm uint32, r io.Reader, size int64) {
 	c.header(name, sIFREG|perm, size, 1, 0, 0)
 	if c.err != nil {
 		return
@@ -85,7 +90,7 @@ func (c *newcWriter) File(name string, perm uint32, r io.Reader, size int64) {
 }
 
 // Close writes the trailer. It does not close the underlying writer.
-func (c *newcWriter) Close() error {
+func (c *CPIOWriter) Close() error {
 	c.header(trailer, 0, 0, 1, 0, 0)
 	return c.err
 }

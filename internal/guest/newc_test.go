@@ -12,7 +12,7 @@ import (
 func TestNewcWriterReadableByCpio(t *testing.T) {
 	needTool(t, "cpio")
 	var buf bytes.Buffer
-	cw := &newcWriter{w: &buf}
+	cw := &CPIOWriter{w: &buf}
 	cw.Dir("etc", 0o755)
 	cw.File("etc/odd", 0o640, strings.NewReader("abc"), 3) // size not a multiple of 4
 	cw.Symlink("etc/link", "odd")

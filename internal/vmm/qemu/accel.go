@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cavaliergopher/cpio"
+	"github.com/space-sandbox/space/internal/guest"
 )
 
 // Accelerators.
@@ -202,14 +202,9 @@ func writeProbeInitrd(path string) error {
 		return err
 	}
 	defer f.Close()
-	w := cpio.NewWriter(f)
+	w := guest.NewCPIOWriter(f)
 	elf := probeELF()
-	if err := w.WriteHeader(&cpio.Header{Name: "init", Mode: cpio.TypeReg | 0o755, Size: int64(len(elf))}); err != nil {
-		return err
-	}
-	if _, err := w.Write(elf); err != nil {
-		return err
-	}
+	w.File("init", 0o755, bytes.NewReader(elf), int64(len(elf)))
 	if err := w.Close(); err != nil {
 		return err
 	}

@@ -1,13 +1,12 @@
 package vmmtest
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/cavaliergopher/cpio"
 
 	"github.com/space-sandbox/space/internal/agentproto"
 
@@ -148,33 +147,21 @@ func writeBusyboxInitrd(path string, bb []byte, k guest.Kernel, mods []guest.Mod
 		return err
 	}
 	defer f.Close()
-	w := cpio.NewWriter(f)
-	add := func(name string, mode cpio.FileMode, data []byte) error {
-		if err := w.WriteHeader(&cpio.Header{Name: name, Mode: mode, Size: int64(len(data))}); err != nil {
-			return err
-		}
-		_, err := w.Write(data)
-		return err
+	w := guest.NewCPIOWriter(f)
+	file := func(name string, perm uint32, data []byte) {
+		w.File(name, perm, bytes.NewReader(data), int64(len(data)))
 	}
 	for _, d := range []string{"bin", "proc", "sys", "dev", "lib", "lib/mod"} {
-		if err := add(d, cpio.TypeDir|0o755, nil); err != nil {
-			return err
-		}
+		w.Dir(d, 0o755)
 	}
-	if err := add("bin/busybox", cpio.TypeReg|0o755, bb); err != nil {
-		return err
-	}
-	if err := add("init", cpio.TypeReg|0o755, []byte(busyboxInit(mods))); err != nil {
-		return err
-	}
+	file("bin/busybox", 0o755, bb)
+	file("init", 0o755, []byte(busyboxInit(mods)))
 	for _, m := range mods {
 		data, err := os.ReadFile(filepath.Join(k.ModulesDir, m.Path))
 		if err != nil {
 			return err
 		}
-		if err := add("lib/mod/"+m.Name+".ko", cpio.TypeReg|0o644, data); err != nil {
-			return err
-		}
+		file("lib/mod/"+m.Name+".ko", 0o644, data)
 	}
 	if err := w.Close(); err != nil {
 		return err
