@@ -1,9 +1,11 @@
 package egress
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -47,6 +49,7 @@ type CA struct {
 
 	mu     sync.Mutex
 	leaves map[string]*tls.Certificate
+	rsaKey *rsa.PrivateKey // for LegacyLeaf
 }
 
 // LoadOrCreateCA reads <dir>/egress-ca.{crt,key}, creating them (ECDSA
@@ -152,18 +155,41 @@ func (ca *CA) CertPEM() []byte { return append([]byte(nil), ca.certPEM...) }
 // Certificate is the parsed CA certificate.
 func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
 
-// Leaf returns a certificate for name signed by the CA, minted on first use
-// and cached until less than half its lifetime is left.
-func (ca *CA) Leaf(name string) (*tls.Certificate, error) {
+// Leaf returns an ECDSA P-256 certificate for name signed by the CA, minted
+// on first use and cached until less than half its lifetime is left.
+func (ca *CA) Leaf(name string) (*tls.Certificate, error) { return ca.leaf(name, false) }
+
+// LegacyLeaf is Leaf with an RSA key, for TLS 1.2 clients that send no
+// signature_algorithms (busybox wget): they can only use RSA key exchange.
+// One RSA key (made on first use) serves every legacy leaf of the CA.
+func (ca *CA) LegacyLeaf(name string) (*tls.Certificate, error) { return ca.leaf(name, true) }
+
+func (ca *CA) leaf(name string, legacy bool) (*tls.Certificate, error) {
 	now := ca.now()
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
-	if c, ok := ca.leaves[name]; ok && c.Leaf.NotAfter.Sub(now) > LeafLifetime/2 {
+	slot := name
+	if legacy {
+		slot = "rsa:" + name
+	}
+	if c, ok := ca.leaves[slot]; ok && c.Leaf.NotAfter.Sub(now) > LeafLifetime/2 {
 		return c, nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	var key crypto.Signer
+	var err error
+	if legacy {
+		if ca.rsaKey == nil {
+			if ca.rsaKey, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+				return nil, fmt.Errorf("leaf key: %w", errors.Join(errdefs.ErrInternal, err))
+			}
+		}
+		key = ca.rsaKey
+	} else if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
 		return nil, fmt.Errorf("leaf key: %w", errors.Join(errdefs.ErrInternal, err))
+	}
+	usage := x509.KeyUsageDigitalSignature
+	if legacy {
+		usage |= x509.KeyUsageKeyEncipherment
 	}
 	notAfter := now.Add(LeafLifetime)
 	if notAfter.After(ca.cert.NotAfter) {
@@ -174,10 +200,10 @@ func (ca *CA) Leaf(name string) (*tls.Certificate, error) {
 		Subject:      pkix.Name{CommonName: name},
 		DNSNames:     []string{name},
 		NotBefore:    now.Add(-leafBackdate), NotAfter: notAfter,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
+		KeyUsage:    usage,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
 	if err != nil {
 		return nil, fmt.Errorf("leaf for %s: %w", name, errors.Join(errdefs.ErrInternal, err))
 	}
@@ -189,7 +215,7 @@ func (ca *CA) Leaf(name string) (*tls.Certificate, error) {
 	if len(ca.leaves) >= maxLeaves {
 		clear(ca.leaves)
 	}
-	ca.leaves[name] = c
+	ca.leaves[slot] = c
 	return c, nil
 }
 

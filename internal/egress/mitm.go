@@ -31,21 +31,17 @@ func (c *proxyConn) intercept(name string, br *bufio.Reader) {
 		sb.record(rec)
 		return
 	}
-	leaf, err := sb.svc.cfg.CA.Leaf(name)
-	if err != nil {
-		sb.log.Warn("egress: mint leaf", "name", name, "err", err)
-		rec.Rule = rule + " (interception certificate unavailable)"
-		sb.record(rec)
-		return
-	}
 	g := tls.Server(&bufferedConn{Conn: c.guest, r: br}, &tls.Config{
-		Certificates: []tls.Certificate{*leaf},
-		NextProtos:   []string{"http/1.1"},
-		MinVersion:   tls.VersionTLS12,
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			return interceptConfig(sb.svc.cfg.CA, name, hello)
+		},
 	})
 	_ = c.guest.SetDeadline(time.Now().Add(sb.svc.cfg.PeekTimeout))
 	if err := g.HandshakeContext(sb.ctx); err != nil {
 		// Most often a guest that does not trust the platform CA.
+		if errors.Is(err, errNoLeaf) {
+			sb.log.Warn("egress: mint leaf", "name", name, "err", err)
+		}
 		rec.Rule = rule + " (intercepted: guest TLS handshake failed)"
 		sb.record(rec)
 		return
@@ -53,6 +49,28 @@ func (c *proxyConn) intercept(name string, br *bufio.Reader) {
 	_ = c.guest.SetDeadline(time.Time{})
 	c.serveHTTP(g, bufio.NewReaderSize(g, 64<<10), true)
 	_ = g.Close()
+}
+
+var errNoLeaf = errors.New("interception certificate unavailable")
+
+// interceptConfig is the guest-facing TLS configuration for name: HTTP/1.1
+// only, TLS 1.2 or later, an ECDSA leaf; a TLS 1.2 client that sends no
+// signature_algorithms (busybox wget's own TLS) can only do RSA key
+// exchange, so it gets an RSA leaf and those suites. The guest-to-proxy leg
+// never leaves the host.
+func interceptConfig(ca *CA, name string, hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	cfg := &tls.Config{NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	leaf, err := ca.Leaf(name)
+	if len(hello.SignatureSchemes) == 0 {
+		leaf, err = ca.LegacyLeaf(name)
+		cfg.MaxVersion = tls.VersionTLS12
+		cfg.CipherSuites = []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_RSA_WITH_AES_256_GCM_SHA384}
+	}
+	if err != nil {
+		return nil, errors.Join(errNoLeaf, err)
+	}
+	cfg.Certificates = []tls.Certificate{*leaf}
+	return cfg, nil
 }
 
 // upstreamTLS runs the client handshake on conn for name, verifying the

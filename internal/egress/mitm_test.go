@@ -3,6 +3,8 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -169,5 +171,29 @@ func TestHTTPSInjectOffPassesThrough(t *testing.T) {
 	}
 	if r := e.lastRecord("tls"); !r.Allowed || !strings.Contains(r.Rule, "passed through") {
 		t.Fatalf("audit %+v", r)
+	}
+}
+
+func TestInterceptConfigForLegacyClients(t *testing.T) {
+	ca, err := LoadOrCreateCA(t.TempDir())
+	must(t, err)
+	modern, err := interceptConfig(ca, "allowed.test", &tls.ClientHelloInfo{SignatureSchemes: []tls.SignatureScheme{tls.ECDSAWithP256AndSHA256}})
+	must(t, err)
+	if _, ok := modern.Certificates[0].Leaf.PublicKey.(*ecdsa.PublicKey); !ok || modern.CipherSuites != nil || modern.MaxVersion != 0 {
+		t.Fatalf("modern client config %+v", modern)
+	}
+	// busybox wget's TLS 1.2 hello has no signature_algorithms.
+	legacy, err := interceptConfig(ca, "allowed.test", &tls.ClientHelloInfo{})
+	must(t, err)
+	if _, ok := legacy.Certificates[0].Leaf.PublicKey.(*rsa.PublicKey); !ok || legacy.MaxVersion != tls.VersionTLS12 || len(legacy.CipherSuites) == 0 {
+		t.Fatalf("legacy client config %+v", legacy)
+	}
+	if _, err := legacy.Certificates[0].Leaf.Verify(x509.VerifyOptions{Roots: caPool(ca), DNSName: "allowed.test"}); err != nil {
+		t.Fatalf("legacy leaf does not chain to the CA: %v", err)
+	}
+	for _, cfg := range []*tls.Config{modern, legacy} {
+		if len(cfg.NextProtos) != 1 || cfg.NextProtos[0] != "http/1.1" {
+			t.Fatalf("ALPN %v", cfg.NextProtos)
+		}
 	}
 }
