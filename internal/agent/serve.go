@@ -8,7 +8,6 @@ import (
 	"net"
 	"time"
 
-
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -265,4 +264,3 @@ func (a *Agent) streamEvents(ctx context.Context, st net.Conn, r agentproto.Even
 	_ = p.events(ctx, r.After, func(ev agentproto.Event) error { return agentproto.WriteFrame(st, &ev) })
 	return nil
 }
-

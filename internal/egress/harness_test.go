@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -41,6 +42,13 @@ func requireNetAdmin(t testing.TB) {
 }
 
 func TestMain(m *testing.M) {
+	// Envs take link names and 198.18.n.0/24 networks by a per-process
+	// number that another test process of this package could also pick:
+	// one process at a time per machine (the lock goes with the process).
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "space-egress-test.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err == nil {
+		_ = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+	}
 	before, _ := network.ListNamespaces(network.NamePrefix)
 	code := m.Run()
 	after, _ := network.ListNamespaces(network.NamePrefix)
@@ -62,6 +70,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	runtime.KeepAlive(lock) // held (not finalized) until exit
 	os.Exit(code)
 }
 
