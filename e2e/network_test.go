@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +115,9 @@ func startUpstream(t *testing.T) *upstream {
 
 	orig2, err := os.ReadFile("/etc/hosts")
 	must(err)
+	// A run killed before its cleanup leaves its lines: drop them first, so
+	// they are neither doubled nor restored.
+	orig2 = dropHostLines(orig2, allowedHost, otherHost)
 	fi, err := os.Stat("/etc/hosts")
 	must(err)
 	add := fmt.Sprintf("\n%s %s\n%s %s\n", upAllowed, allowedHost, upOther, otherHost)
@@ -278,4 +282,17 @@ func TestNetwork(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dropHostLines removes the /etc/hosts lines that name any of names.
+func dropHostLines(hosts []byte, names ...string) []byte {
+	var out [][]byte
+	for _, line := range bytes.Split(hosts, []byte("\n")) {
+		fields := strings.Fields(string(line))
+		if len(fields) >= 2 && slices.ContainsFunc(fields[1:], func(f string) bool { return slices.Contains(names, f) }) {
+			continue
+		}
+		out = append(out, line)
+	}
+	return bytes.Join(out, []byte("\n"))
 }
