@@ -14,17 +14,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/space-sandbox/space/bench/internal/rig"
 	"github.com/space-sandbox/space/bench/internal/stats"
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
-	"github.com/space-sandbox/space/internal/guest"
-	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/template"
-	"github.com/space-sandbox/space/internal/vmm"
-	_ "github.com/space-sandbox/space/internal/vmm/qemu"
 	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/local"
 )
@@ -45,39 +41,17 @@ func main() {
 func run(runs int, agent, dataDir, accel string, mib int) error {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if dataDir == "" {
-		tmp, err := os.MkdirTemp("", "space-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dataDir = tmp
-	}
-	st, err := storage.Open(ctx, storage.Config{DataDir: dataDir, ImageSizeGiB: 16}, log)
+	r, err := rig.Open(ctx, agent, dataDir, accel, log)
 	if err != nil {
 		return err
 	}
-	defer st.Unmount(context.Background())
-	k, err := guest.Locate(guest.KernelDirFromEnv())
-	if err != nil {
-		return err
-	}
-	ir, err := guest.BuildInitramfs(ctx, k, guest.InitramfsOptions{AgentBinary: agent, CacheDir: filepath.Join(dataDir, "boot")})
-	if err != nil {
-		return err
-	}
-	templates := filepath.Join(st.Root(), "templates")
-	if _, err := template.BuildBase(ctx, template.BaseOptions{TemplatesDir: templates, AgentBinary: agent}); err != nil {
-		return err
-	}
-	driver, err := vmm.Open("qemu", vmm.Options{Accel: accel, CacheDir: filepath.Join(dataDir, "cache")})
-	if err != nil {
-		return err
-	}
+	defer r.Close()
+	k := r.Kernel
 	// DisableSnapshots: every create is a real cold boot, not a restore of
 	// the template's ready snapshot (bench/snapshots measures those).
-	w, err := local.New(ctx, local.Config{Storage: st, Driver: driver, Kernel: k.Vmlinuz, Initrd: ir.Path,
-		TemplatesDir: templates, Logger: log, DisableSnapshots: true})
+	cfg := r.Config
+	cfg.DisableSnapshots = true
+	w, err := local.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

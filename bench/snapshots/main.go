@@ -18,17 +18,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"time"
 
+	"github.com/space-sandbox/space/bench/internal/rig"
 	"github.com/space-sandbox/space/bench/internal/stats"
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
-	"github.com/space-sandbox/space/internal/guest"
-	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/template"
-	"github.com/space-sandbox/space/internal/vmm"
-	_ "github.com/space-sandbox/space/internal/vmm/qemu"
 	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/local"
 )
@@ -61,36 +57,12 @@ type bench struct {
 func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
-	if dataDir == "" {
-		tmp, err := os.MkdirTemp("", "space-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dataDir = tmp
-	}
-	st, err := storage.Open(ctx, storage.Config{DataDir: dataDir, ImageSizeGiB: 16}, log)
+	r, err := rig.Open(ctx, agent, dataDir, accel, log)
 	if err != nil {
 		return err
 	}
-	defer st.Unmount(context.Background())
-	k, err := guest.Locate(guest.KernelDirFromEnv())
-	if err != nil {
-		return err
-	}
-	ir, err := guest.BuildInitramfs(ctx, k, guest.InitramfsOptions{AgentBinary: agent, CacheDir: filepath.Join(dataDir, "boot")})
-	if err != nil {
-		return err
-	}
-	templates := filepath.Join(st.Root(), "templates")
-	if _, err := template.BuildBase(ctx, template.BaseOptions{TemplatesDir: templates, AgentBinary: agent}); err != nil {
-		return err
-	}
-	driver, err := vmm.Open("qemu", vmm.Options{Accel: accel, CacheDir: filepath.Join(dataDir, "cache")})
-	if err != nil {
-		return err
-	}
-	cfg := local.Config{Storage: st, Driver: driver, Kernel: k.Vmlinuz, Initrd: ir.Path, TemplatesDir: templates, Logger: log}
+	defer r.Close()
+	cfg := r.Config
 	b := &bench{ctx: ctx, runs: runs}
 	var out []stats.Series
 
@@ -170,7 +142,7 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 	if s, ok := b.runsc(); ok {
 		out = append(out, s)
 	}
-	fmt.Printf("bench/snapshots: %d runs, accel=%s, kernel %s, 1 vCPU, base template\n", runs, accel, k.Version)
+	fmt.Printf("bench/snapshots: %d runs, accel=%s, kernel %s, 1 vCPU, base template\n", runs, accel, r.Kernel.Version)
 	stats.Print(os.Stdout, out...)
 	return nil
 }
