@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -220,7 +221,7 @@ func registerTemplate(ctx context.Context, db store.Store, m template.Metadata) 
 	if err == nil && existing.State == store.TemplateReady {
 		return nil
 	}
-	defaults, err := jsonRaw(m.Defaults)
+	defaults, err := json.Marshal(m.Defaults)
 	if err != nil {
 		return err
 	}

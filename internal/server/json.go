@@ -1,5 +1,0 @@
-package server
-
-import "encoding/json"
-
-func jsonRaw(v any) (json.RawMessage, error) { return json.Marshal(v) }
