@@ -96,9 +96,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("admin key: %w", err)
 	}
-	if created {
-		log.Info("wrote the admin API key (shown nowhere else)", "path", keyPath)
-	} else {
+	if !created { // a new key is logged where it is written
 		log.Info("admin API key", "path", keyPath)
 	}
 
