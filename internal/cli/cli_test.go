@@ -147,3 +147,56 @@ func TestCLI(t *testing.T) {
 		t.Errorf("unknown command: %d", r.code)
 	}
 }
+
+// TestLifecycleCLI drives pause, wake, suspend, keep, checkpoints and
+// restore through the CLI against the API with the fake worker.
+func TestLifecycleCLI(t *testing.T) {
+	url, key := server(t)
+	c, _ := client.New(url, key, nil)
+	r := &run{t: t, c: c}
+	if r.run("", "sandbox", "create", "--json"); r.code != 0 {
+		t.Fatalf("create: %d %s", r.code, r.err)
+	}
+	var sb apiv1.Sandbox
+	if err := json.Unmarshal([]byte(r.out), &sb); err != nil {
+		t.Fatal(err)
+	}
+	state := func(want string) {
+		t.Helper()
+		got, err := c.GetSandbox(t.Context(), sb.ID)
+		if err != nil || got.State != want {
+			t.Fatalf("sandbox state = %v (%v), want %s", got, err, want)
+		}
+	}
+	for _, step := range []struct{ verb, want string }{
+		{"pause", "paused"}, {"wake", "running"}, {"suspend", "suspended"}, {"wake", "running"},
+	} {
+		if r.run("", "sandbox", step.verb, sb.ID); r.code != 0 || !strings.Contains(r.out, "succeeded") {
+			t.Fatalf("sandbox %s: %d %q %q", step.verb, r.code, r.out, r.err)
+		}
+		state(step.want)
+	}
+	if r.run("", "sandbox", "wake", sb.ID); r.code == 0 || !strings.Contains(r.err, "running") {
+		t.Errorf("wake of a running sandbox: %d %q", r.code, r.err)
+	}
+	if r.run("", "sandbox", "keep", sb.ID, "600"); r.code != 0 || !strings.Contains(r.out, "expires") {
+		t.Errorf("keep: %d %q %q", r.code, r.out, r.err)
+	}
+	if r.run("", "checkpoint", "create", sb.ID, "--name", "first"); r.code != 0 || !strings.HasPrefix(r.out, "ckpt_") {
+		t.Fatalf("checkpoint create: %d %q %q", r.code, r.out, r.err)
+	}
+	ckpt := strings.TrimSpace(r.out)
+	if r.run("", "checkpoint", "list", sb.ID); r.code != 0 || !strings.Contains(r.out, ckpt) || !strings.Contains(r.out, "first") {
+		t.Errorf("checkpoint list: %d %q", r.code, r.out)
+	}
+	if r.run("", "restore", sb.ID, ckpt); r.code != 0 || !strings.Contains(r.out, "succeeded") {
+		t.Errorf("restore: %d %q %q", r.code, r.out, r.err)
+	}
+	state("running")
+	if r.run("", "checkpoint", "delete", ckpt); r.code != 0 {
+		t.Errorf("checkpoint delete: %d %q", r.code, r.err)
+	}
+	if r.run("", "checkpoint", "get", ckpt); r.code == 0 {
+		t.Error("checkpoint get after delete exited 0")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"text/tabwriter"
 
@@ -133,7 +134,7 @@ func checkpointCmd(ctx context.Context, verb string, args []string, env *Env) er
 		if err != nil {
 			return err
 		}
-		if err := finishOp(ctx, c, &Env{Stdout: discard{}, Stderr: env.Stderr}, &res.Operation, *noWait, false); err != nil {
+		if err := finishOp(ctx, c, &Env{Stdout: io.Discard, Stderr: env.Stderr}, &res.Operation, *noWait, false); err != nil {
 			return err
 		}
 		ck, err := c.GetCheckpoint(ctx, res.Checkpoint.ID)
@@ -169,8 +170,3 @@ func checkpointCmd(ctx context.Context, verb string, args []string, env *Env) er
 	}
 	return nil
 }
-
-// discard is an io.Writer that drops everything.
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
