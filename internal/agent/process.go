@@ -181,6 +181,8 @@ func (t *processTable) launch(p *process, spec *agentproto.ProcessSpec, path str
 			closeAll([]*os.File{or, ow})
 			return errdefs.New(errdefs.ErrInternal, "cannot create pipes").WithCause(err)
 		}
+		growPipe(or)
+		growPipe(er)
 		cmd.Stdout, cmd.Stderr = ow, ew
 		p.readers = []*os.File{or, er}
 		childEnds = []*os.File{ow, ew}
@@ -236,6 +238,17 @@ func (t *processTable) launch(p *process, spec *agentproto.ProcessSpec, path str
 	return nil
 }
 
+// growPipe raises a pipe's capacity to outputPipeSize, best effort: the
+// kernel may refuse (pipe-max-size, per-user pipe limits) and the default
+// capacity is only slower.
+// It goes through SyscallConn, not Fd, which would make the file blocking
+// and so break the read deadlines finish relies on.
+func growPipe(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, outputPipeSize) })
+	}
+}
+
 func startError(argv0 string, err error) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -253,10 +266,20 @@ func nonZero(v, def uint16) uint16 {
 	return v
 }
 
-// pump copies one output stream into the event log until EOF.
+// outputPipeSize is the capacity asked for each output pipe (the default
+// is 64 KiB): a process writing in bulk then fills a pipe read of up to
+// agentproto.MaxEventChunk, so the agent makes few large events instead of
+// many small ones. Pipe pages are allocated as they fill, so an idle pipe
+// costs nothing more.
+const outputPipeSize = 1 << 20
+
+// pump copies one output stream into the event log until EOF. Each read
+// takes whatever the pipe holds, up to agentproto.MaxEventChunk, and becomes
+// one event at once: bulk output coalesces into large events while a lone
+// line is never held back.
 func (p *process) pump(r *os.File, kind string) {
 	defer p.outputs.Done()
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, agentproto.MaxEventChunk)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {

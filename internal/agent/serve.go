@@ -261,6 +261,7 @@ func (a *Agent) streamEvents(ctx context.Context, st net.Conn, r agentproto.Even
 		_, _ = io.Copy(io.Discard, st)
 		cancel()
 	}()
-	_ = p.events(ctx, r.After, func(ev agentproto.Event) error { return agentproto.WriteFrame(st, &ev) })
+	ew := agentproto.NewEventWriter(st, r.Raw)
+	_ = p.events(ctx, r.After, func(ev agentproto.Event) error { return ew.Write(&ev) })
 	return nil
 }

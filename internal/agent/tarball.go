@@ -40,9 +40,7 @@ func (f *files) tarOut(p string, w io.Writer, ready func() error) error {
 		return err
 	}
 	tw := tar.NewWriter(w)
-	err = tarDir(tw, fd, "", st.Dev)
-	_ = unix.Close(fd)
-	if err != nil {
+	if err := tarDir(tw, fd, "", st.Dev); err != nil {
 		return err
 	}
 	return tw.Close()
@@ -59,8 +57,12 @@ func tarHeader(name string, st *unix.Stat_t) *tar.Header {
 	}
 }
 
+// tarDir closes dirfd: the *os.File wrapping it owns it. (Closing the raw fd
+// as well would let the File's finalizer close the number again later,
+// when it may name another file, such as a process's output pipe.)
 func tarDir(tw *tar.Writer, dirfd int, prefix string, dev uint64) error {
 	d := os.NewFile(uintptr(dirfd), prefix)
+	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
 		return err
@@ -86,9 +88,7 @@ func tarDir(tw *tar.Writer, dirfd int, prefix string, dev uint64) error {
 			if err != nil {
 				continue
 			}
-			err = tarDir(tw, sub, name+"/", dev)
-			_ = unix.Close(sub)
-			if err != nil {
+			if err := tarDir(tw, sub, name+"/", dev); err != nil {
 				return err
 			}
 		case unix.S_IFLNK:

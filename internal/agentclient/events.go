@@ -34,7 +34,7 @@ func (c *Client) Events(ctx context.Context, id string, after uint64) (*EventStr
 }
 
 func (s *EventStream) attach() error {
-	cl, err := s.c.open(s.ctx, agentproto.OpEvents, agentproto.EventsRequest{ID: s.id, After: s.last})
+	cl, err := s.c.open(s.ctx, agentproto.OpEvents, agentproto.EventsRequest{ID: s.id, After: s.last, Raw: true})
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func (s *EventStream) Next() (agentproto.Event, error) {
 			}
 		}
 		var ev agentproto.Event
-		err := agentproto.ReadFrame(s.cl.st, &ev)
+		err := agentproto.ReadEvent(s.cl.st, &ev)
 		if err == nil {
 			if ev.Seq <= s.last {
 				continue // already delivered before a reconnect

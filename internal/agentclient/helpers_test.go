@@ -37,7 +37,7 @@ type testEnv struct {
 	preamble []byte // written on each new link before the handshake
 }
 
-func newEnv(t *testing.T) *testEnv {
+func newEnv(t testing.TB) *testEnv {
 	t.Helper()
 	e := &testEnv{root: t.TempDir()}
 	dir, err := os.MkdirTemp("", "agent-sock")
@@ -103,7 +103,7 @@ func (e *testEnv) drop() {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -117,7 +117,7 @@ type result struct {
 	exit   *agentproto.ExitStatus
 }
 
-func collect(t *testing.T, ctx context.Context, c *agentclient.Client, id string, after uint64) *result {
+func collect(t testing.TB, ctx context.Context, c *agentclient.Client, id string, after uint64) *result {
 	t.Helper()
 	s, err := c.Events(ctx, id, after)
 	if err != nil {
@@ -127,7 +127,7 @@ func collect(t *testing.T, ctx context.Context, c *agentclient.Client, id string
 	return drain(t, s)
 }
 
-func drain(t *testing.T, s *agentclient.EventStream) *result {
+func drain(t testing.TB, s *agentclient.EventStream) *result {
 	t.Helper()
 	r := &result{}
 	for {
@@ -155,7 +155,7 @@ func (r *result) add(ev agentproto.Event) {
 }
 
 // run starts spec and collects all its events.
-func run(t *testing.T, ctx context.Context, c *agentclient.Client, spec agentproto.ProcessSpec) *result {
+func run(t testing.TB, ctx context.Context, c *agentclient.Client, spec agentproto.ProcessSpec) *result {
 	t.Helper()
 	if _, err := c.Start(ctx, spec); err != nil {
 		t.Fatalf("start %s: %v", spec.ID, err)
@@ -163,7 +163,7 @@ func run(t *testing.T, ctx context.Context, c *agentclient.Client, spec agentpro
 	return collect(t, ctx, c, spec.ID, 0)
 }
 
-func checkSeqs(t *testing.T, evs []agentproto.Event, from uint64) {
+func checkSeqs(t testing.TB, evs []agentproto.Event, from uint64) {
 	t.Helper()
 	for i, ev := range evs {
 		if ev.Seq != from+uint64(i) {
@@ -172,7 +172,7 @@ func checkSeqs(t *testing.T, evs []agentproto.Event, from uint64) {
 	}
 }
 
-func exitCode(t *testing.T, r *result) int {
+func exitCode(t testing.TB, r *result) int {
 	t.Helper()
 	if r.exit == nil || r.exit.ExitCode == nil {
 		t.Fatalf("no exit code: %+v", r.exit)

@@ -23,8 +23,11 @@ import (
 	"time"
 )
 
-// Version is bumped on any incompatible change to these types.
-const Version = 1
+// Version is bumped on any change to the protocol. Version 2 added raw event
+// data (EventsRequest.Raw, see event.go); a version 2 host still reads the
+// events of a version 1 agent, so sandboxes suspended under an older agent
+// resume.
+const Version = 2
 
 // PortName is the virtio-serial port name the agent looks for under
 // /sys/class/virtio-ports/*/name.
@@ -48,7 +51,8 @@ const (
 	// OpEvents (EventsRequest) answers an empty Response, then streams Event
 	// frames: first those already buffered after EventsRequest.After, then live
 	// ones, and closes the stream after the exit event. A client stops early by
-	// closing the stream.
+	// closing the stream. Event frames are written by EventWriter and read by
+	// ReadEvent.
 	OpEvents Op = "process.events"
 	// OpStdin (StdinRequest) writes to a process's stdin.
 	OpStdin Op = "process.stdin"
@@ -238,10 +242,13 @@ type Event struct {
 	Exit      *ExitStatus `json:"exit,omitempty"`
 }
 
-// EventsRequest asks for the events with Seq > After.
+// EventsRequest asks for the events with Seq > After. Raw asks for event
+// data as raw bytes after each frame (see EventWriter); agents before
+// version 2 ignore it.
 type EventsRequest struct {
 	ID    string `json:"id"`
 	After uint64 `json:"after"`
+	Raw   bool   `json:"raw,omitempty"`
 }
 
 // StdinRequest writes Data to stdin, then closes it when EOF is set.
