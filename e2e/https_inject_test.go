@@ -86,7 +86,7 @@ func testCA(t *testing.T) ([]byte, tls.Certificate) {
 // "<label>-tls".
 func startTLSUpstream(t *testing.T, u *upstream, cert tls.Certificate) {
 	t.Helper()
-	ns := network.NamespacePath(fmt.Sprintf("e2e-up-%d", os.Getpid()))
+	ns := u.ns
 	for label, a := range map[string]string{"allowed": upAllowed.String(), "other": upOther.String()} {
 		var l net.Listener
 		if err := network.InNamespace(ns, func() (err error) {

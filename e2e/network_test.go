@@ -7,17 +7,14 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // The upstream hosts of TestNetwork: two HTTP servers in a network
@@ -37,6 +34,7 @@ var (
 
 // upstream records the requests each server got.
 type upstream struct {
+	ns   string // the upstreams' network namespace (path)
 	mu   sync.Mutex
 	seen map[string][]http.Header // by server label
 }
@@ -47,7 +45,7 @@ func (u *upstream) headers(label string) []http.Header {
 	return append([]http.Header(nil), u.seen[label]...)
 }
 
-// startUpstream makes namespace e2e-up-<pid> with a veth to the host and an
+// startUpstream makes namespace e2e-up-<pid> (testenv.UpstreamNet) with an
 // echo server on upAllowed and upOther, port 80, and maps the two names in
 // /etc/hosts (restored in cleanup).
 func startUpstream(t *testing.T) *upstream {
@@ -58,45 +56,12 @@ func startUpstream(t *testing.T) *upstream {
 			t.Fatal(err)
 		}
 	}
-	name := fmt.Sprintf("e2e-up-%d", os.Getpid())
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	must(err)
-	h, err := netns.NewNamed(name)
-	if err == nil {
-		err = netns.Set(orig)
-	}
-	orig.Close()
-	runtime.UnlockOSThread()
-	must(err)
-	t.Cleanup(func() { netns.DeleteNamed(name) })
+	ns := testenv.UpstreamNet(t, fmt.Sprintf("e2e-up-%d", os.Getpid()), "e2e", upHostSide, upAllowed, upOther)
 
-	hostIf, peerIf := fmt.Sprintf("e2eu%d", os.Getpid()%100000), fmt.Sprintf("e2ep%d", os.Getpid()%100000)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf}, PeerName: peerIf}
-	must(netlink.LinkAdd(veth))
-	t.Cleanup(func() { netlink.LinkDel(veth) })
-	peer, err := netlink.LinkByName(peerIf)
-	must(err)
-	must(netlink.LinkSetNsFd(peer, int(h)))
-	host, err := netlink.LinkByName(hostIf)
-	must(err)
-	must(netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(upHostSide, 24)}))
-	must(netlink.LinkSetUp(host))
-	nl, err := netlink.NewHandleAt(h)
-	must(err)
-	defer nl.Close()
-	h.Close()
-	up, err := nl.LinkByName(peerIf)
-	must(err)
-	for _, a := range []netip.Addr{upAllowed, upOther} {
-		must(nl.AddrAdd(up, &netlink.Addr{IPNet: ipNet(a, 24)}))
-	}
-	must(nl.LinkSetUp(up))
-
-	u := &upstream{seen: map[string][]http.Header{}}
+	u := &upstream{ns: ns, seen: map[string][]http.Header{}}
 	for label, a := range map[string]netip.Addr{"allowed": upAllowed, "other": upOther} {
 		var l net.Listener
-		must(network.InNamespace(network.NamespacePath(name), func() (err error) {
+		must(network.InNamespace(ns, func() (err error) {
 			l, err = net.Listen("tcp4", net.JoinHostPort(a.String(), "80"))
 			return err
 		}))
@@ -128,10 +93,6 @@ func startUpstream(t *testing.T) *upstream {
 		}
 	})
 	return u
-}
-
-func ipNet(a netip.Addr, bits int) *net.IPNet {
-	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
 }
 
 // sh runs a shell command in the sandbox and returns its exit code and output.

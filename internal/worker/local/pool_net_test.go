@@ -9,12 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/network"
@@ -45,8 +41,8 @@ func (m mapResolver) LookupNetIP(ctx context.Context, network, host string) ([]n
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
-// startPoolUpstream makes namespace tpool-up-<pid> with a veth to the host
-// and an HTTP server answering "server=<label>" on each upstream address.
+// startPoolUpstream makes namespace tpool-up-<pid> (testenv.UpstreamNet)
+// with an HTTP server answering "server=<label>" on each upstream address.
 func startPoolUpstream(t *testing.T) {
 	t.Helper()
 	must := func(err error) {
@@ -55,43 +51,10 @@ func startPoolUpstream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	name := fmt.Sprintf("tpool-up-%d", os.Getpid())
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	must(err)
-	h, err := netns.NewNamed(name)
-	if err == nil {
-		err = netns.Set(orig)
-	}
-	orig.Close()
-	runtime.UnlockOSThread()
-	must(err)
-	t.Cleanup(func() { netns.DeleteNamed(name) })
-	defer h.Close()
-
-	hostIf, peerIf := fmt.Sprintf("tplu%d", os.Getpid()%100000), fmt.Sprintf("tplp%d", os.Getpid()%100000)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf}, PeerName: peerIf}
-	must(netlink.LinkAdd(veth))
-	t.Cleanup(func() { netlink.LinkDel(veth) })
-	peer, err := netlink.LinkByName(peerIf)
-	must(err)
-	must(netlink.LinkSetNsFd(peer, int(h)))
-	host, err := netlink.LinkByName(hostIf)
-	must(err)
-	must(netlink.AddrAdd(host, &netlink.Addr{IPNet: &net.IPNet{IP: poolUpHost.AsSlice(), Mask: net.CIDRMask(24, 32)}}))
-	must(netlink.LinkSetUp(host))
-	nl, err := netlink.NewHandleAt(h)
-	must(err)
-	defer nl.Close()
-	up, err := nl.LinkByName(peerIf)
-	must(err)
-	for _, a := range []netip.Addr{poolUpAllowed, poolUpOther} {
-		must(nl.AddrAdd(up, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}))
-	}
-	must(nl.LinkSetUp(up))
+	ns := testenv.UpstreamNet(t, fmt.Sprintf("tpool-up-%d", os.Getpid()), "tpl", poolUpHost, poolUpAllowed, poolUpOther)
 	for label, a := range map[string]netip.Addr{"allowed": poolUpAllowed, "other": poolUpOther} {
 		var l net.Listener
-		must(network.InNamespace(network.NamespacePath(name), func() (err error) {
+		must(network.InNamespace(ns, func() (err error) {
 			l, err = net.Listen("tcp4", net.JoinHostPort(a.String(), "80"))
 			return err
 		}))
