@@ -174,20 +174,7 @@ func sandboxDelete(ctx context.Context, args []string, env *Env) error {
 	if err != nil {
 		return err
 	}
-	if !*noWait {
-		if op, err = c.WaitOperation(ctx, op.ID); err != nil {
-			return err
-		}
-	}
-	if *asJSON {
-		printJSON(env.Stdout, op)
-	} else {
-		fmt.Fprintf(env.Stdout, "%s %s\n", op.ID, op.State)
-	}
-	if op.Done() && op.State != apiv1.OpSucceeded {
-		return opFailure(op)
-	}
-	return nil
+	return finishOp(ctx, c, env, op, *noWait, *asJSON)
 }
 
 func opGet(ctx context.Context, args []string, env *Env, wait bool) error {
