@@ -38,8 +38,8 @@ var docs = map[string]doc{
 	"GET /openapi.json": {summary: "This document", status: "200", resp: "any"},
 
 	"GET /v1/features": {summary: "Feature gates and whether they are enabled", status: "200", resp: "FeatureList"},
-	"GET /v1/templates": {summary: "List the template builds the caller sees (global ones and its own), by name, oldest first; not paginated",
-		status: "200", resp: "TemplateList"},
+	"GET /v1/templates": {summary: "List the template builds the caller sees (global ones and its own), by name, oldest build first",
+		status: "200", resp: "TemplateList", query: pageParams},
 	"POST /v1/templates": {summary: "Build a template (asynchronous: operation type template_build; progress steps resolve source … install, snapshot). " +
 		"Visibility: a build made with an admin key is global (every tenant sees and uses it; only admins delete it); " +
 		"a build made with a tenant key belongs to that tenant (others get 404). Names are one namespace: building a name " +
@@ -107,7 +107,7 @@ var docs = map[string]doc{
 
 	"PUT /v1/secrets/{name}": {summary: "Store a secret (201 new, 200 replaced); write-only: no route returns its value",
 		body: "PutSecretRequest", status: "201", resp: "Secret"},
-	"GET /v1/secrets":           {summary: "List secrets: names and timestamps only", status: "200", resp: "SecretList"},
+	"GET /v1/secrets":           {summary: "List secrets by name: names and timestamps only", status: "200", resp: "SecretList", query: pageParams},
 	"DELETE /v1/secrets/{name}": {summary: "Delete a secret", status: "204"},
 
 	"POST /v1/sandboxes/{id}/commands": {summary: "Create a command session; it starts on the first attach to its events (or the first stdin write)",

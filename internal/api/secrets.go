@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"sort"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -62,8 +63,14 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := apiv1.SecretList{Secrets: []apiv1.Secret{}}
-	for _, i := range infos {
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Name < infos[j].Name })
+	page, next, err := pageInMemory(r, infos, func(i secrets.Info) string { return i.Name })
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.SecretList{Secrets: []apiv1.Secret{}, NextPageToken: next}
+	for _, i := range page {
 		out.Secrets = append(out.Secrets, toSecret(i))
 	}
 	writeJSON(w, http.StatusOK, out)

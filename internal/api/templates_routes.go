@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"sort"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/auth"
@@ -20,13 +22,29 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := apiv1.TemplateList{Templates: []apiv1.Template{}}
+	var seen []*store.Template
 	for _, t := range ts {
 		if visible(p, t) {
-			out.Templates = append(out.Templates, toTemplate(t))
+			seen = append(seen, t)
 		}
 	}
+	// Ordered by name, then oldest build first; the key sorts the same way.
+	sort.SliceStable(seen, func(i, j int) bool { return templateKey(seen[i]) < templateKey(seen[j]) })
+	page, next, err := pageInMemory(r, seen, templateKey)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := apiv1.TemplateList{Templates: []apiv1.Template{}, NextPageToken: next}
+	for _, t := range page {
+		out.Templates = append(out.Templates, toTemplate(t))
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// templateKey orders template builds: by name, then by creation, then id.
+func templateKey(t *store.Template) string {
+	return fmt.Sprintf("%s\x00%020d\x00%s", t.Name, t.CreatedAt.UnixNano(), t.ID)
 }
 
 // templateRef reads the {name} path value: "name" or "name@sha256:…".

@@ -17,7 +17,8 @@ type Secret struct {
 
 // SecretList answers GET /v1/secrets.
 type SecretList struct {
-	Secrets []Secret `json:"secrets"`
+	Secrets       []Secret `json:"secrets"`
+	NextPageToken string   `json:"next_page_token,omitempty"`
 }
 
 // NetworkRecord is one egress audit record: a connection, HTTP request or
