@@ -15,6 +15,7 @@ import (
 // sandbox whose disk, memory and processes start as they were at the
 // checkpoint (operation type "branch"). Its template and sizes are the
 // checkpoint's: a request naming other sizes, or another template, is 400.
+// Without a network policy of its own it takes its parent sandbox's.
 func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1.CreateSandboxRequest) {
 	ctx := r.Context()
 	f := map[string]string{}
@@ -36,6 +37,14 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 	}
 	v := *req
 	v.Template, v.FromCheckpoint = ck.Template, ""
+	if len(v.Network) == 0 {
+		// A branch keeps its parent's network policy unless the request
+		// names one; ${secret:…} values are resolved afresh for each request
+		// the branch makes, never copied.
+		if parent, err := s.store.GetSandbox(ctx, ck.TenantID, ck.SandboxID); err == nil {
+			v.Network = parent.Network
+		}
+	}
 	if err := s.validateCreate(&v); err != nil {
 		s.writeError(w, r, err)
 		return
