@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -385,19 +387,33 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("disk full during suspend", func(t *testing.T) {
-		free, err := e.cfg.Storage.Free(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		filler := filepath.Join(e.cfg.Storage.Root(), "filler")
 		f, err := os.Create(filler)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer os.Remove(filler)
-		// Leave less than a snapshot's margin.
-		if err := fallocate(f, free-(16<<20)); err != nil {
-			t.Skipf("cannot fill the volume: %v", err)
+		// Leave less than a snapshot's margin. btrfs releases the extents of
+		// files earlier subtests deleted lazily, so free space can still grow
+		// after a first fill: top the filler up until it stays below.
+		var size int64
+		for tries := 0; ; tries++ {
+			unix.Sync() // commits the deletions, so free space settles
+			free, err := e.cfg.Storage.Free(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if free < 32<<20 {
+				break
+			}
+			if tries == 50 {
+				t.Fatalf("the volume keeps %d bytes free after filling", free)
+			}
+			size += free - 16<<20
+			if err := fallocate(f, size); err != nil {
+				t.Skipf("cannot fill the volume: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		f.Close()
 		_, err = w.SuspendSandbox(ctx, "sbx_a")
