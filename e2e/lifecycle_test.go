@@ -121,6 +121,40 @@ func TestLifecycle(t *testing.T) {
 	if f := getFile(t, c, sbx.ID, "/root/f"); f != "v2" {
 		t.Errorf("parent sees %q after the branch wrote", f)
 	}
+	// The counter is a command session of the branch, with an id of its own
+	// (beside it: the parent's ended execs, inherited as exited, and the
+	// branch's own).
+	var brCmds apiv1.CommandList
+	c.mustDo("GET", "/v1/sandboxes/"+br.Sandbox.ID+"/commands", nil, &brCmds, 200)
+	brCmd := ""
+	for _, bc := range brCmds.Commands {
+		switch {
+		case bc.Shell == counterScript && bc.State == "running" && bc.ID != cmd.Command.ID && bc.StartedAt != nil && brCmd == "":
+			brCmd = bc.ID
+		case bc.Shell == counterScript || bc.State != "exited":
+			t.Errorf("branch command %+v", bc)
+		}
+	}
+	if brCmd == "" {
+		t.Fatalf("the branch has no counter: %+v", brCmds.Commands)
+	}
+	// Its events (output from before the checkpoint included) resume with after.
+	evs = readEvents(t, c, br.Sandbox.ID, brCmd, 0, 3)
+	if len(evs) != 3 {
+		t.Fatalf("branch command events: %+v", evs)
+	}
+	if again := readEvents(t, c, br.Sandbox.ID, brCmd, evs[1].Seq, 1); len(again) != 1 || again[0].Seq != evs[2].Seq {
+		t.Fatalf("branch command events after %d: %+v, want seq %d", evs[1].Seq, again, evs[2].Seq)
+	}
+	// Signalled in the branch, it ends there; the parent's counter runs on.
+	c.mustDo("POST", "/v1/sandboxes/"+br.Sandbox.ID+"/commands/"+brCmd+"/signal", map[string]any{"signal": "SIGKILL"}, nil, 204)
+	waitState(t, c, br.Sandbox.ID, brCmd, "exited")
+	waitCount(t, c, sbx.ID, readCount(t, c, sbx.ID)+1)
+	var parentCmd apiv1.CommandResponse
+	c.mustDo("GET", "/v1/sandboxes/"+sbx.ID+"/commands/"+cmd.Command.ID, nil, &parentCmd, 200)
+	if parentCmd.Command.State != "running" {
+		t.Errorf("parent's counter after the branch's was killed: %+v", parentCmd.Command)
+	}
 	var op apiv1.OperationResponse
 	c.mustDo("POST", "/v1/sandboxes/"+sbx.ID+"/restore", map[string]any{"checkpoint": ck.Checkpoint.ID}, &op, 202)
 	if done := c.waitOp(op.Operation.ID); done.State != "succeeded" {
@@ -129,6 +163,9 @@ func TestLifecycle(t *testing.T) {
 	if f := getFile(t, c, sbx.ID, "/root/f"); f != "v1" {
 		t.Errorf("restored parent sees %q", f)
 	}
+	// The restored guest runs the counter of the checkpoint: still the same command.
+	waitState(t, c, sbx.ID, cmd.Command.ID, "running")
+	waitCount(t, c, sbx.ID, readCount(t, c, sbx.ID)+1)
 	if f := getFile(t, c, br.Sandbox.ID, "/root/f"); f != "branch" {
 		t.Errorf("branch sees %q after the parent's restore", f)
 	}

@@ -291,20 +291,23 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
 	s.submitTransition(w, r, store.OpRestore, restoreTransition, checkpointParams{Checkpoint: ck.ID})
 }
 
-// restoreOnWorker is the worker's part of a restore; commands the restored
-// guest does not know end "lost", those it saw end get their real exit.
+// restoreOnWorker is the worker's part of a restore; then the commands
+// follow the restored guest (syncCommands): those it does not know end
+// "lost", those it knows run or have ended as its agent says, and processes
+// it inherited from the checkpoint's sandbox become commands of this one.
 func (s *Server) restoreOnWorker(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
 	var p checkpointParams
 	if err := json.Unmarshal(op.Params, &p); err != nil || p.Checkpoint == "" {
 		return worker.SandboxStatus{}, fmt.Errorf("restore operation %s without a checkpoint: %w", op.ID, errdefs.ErrInternal)
 	}
-	if _, err := s.store.GetCheckpoint(ctx, store.AnyTenant, p.Checkpoint); err != nil {
+	ck, err := s.store.GetCheckpoint(ctx, store.AnyTenant, p.Checkpoint)
+	if err != nil {
 		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrNotFound, "checkpoint %s no longer exists", p.Checkpoint).WithCause(err)
 	}
 	st, err := s.worker.RestoreCheckpoint(ctx, op.Target, p.Checkpoint)
 	if err != nil {
 		return st, err
 	}
-	s.syncCommands(ctx, op.Target)
+	s.syncCommands(ctx, op.Target, ck.SandboxID)
 	return st, nil
 }

@@ -144,10 +144,11 @@ func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.
 	if err := json.Unmarshal(c.Spec, &spec); err != nil {
 		return nil, nil, fmt.Errorf("decode command spec: %w", errdefs.ErrInternal)
 	}
+	spec.ID = c.ProcessID
 	info, err := ag.Start(ctx, spec)
 	if errdefs.ClassOf(err) == errdefs.ErrConflict {
 		// Started already (by another control-plane process); adopt it.
-		info, err = ag.Get(ctx, c.ID)
+		info, err = ag.Get(ctx, c.ProcessID)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -185,7 +186,7 @@ func (s *Server) refresh(ctx context.Context, sb *store.Sandbox, c *store.Comman
 	if err != nil {
 		return c
 	}
-	info, err := ag.Get(ctx, c.ID)
+	info, err := ag.Get(ctx, c.ProcessID)
 	if err != nil || info.Exit == nil {
 		return c
 	}
@@ -271,7 +272,7 @@ func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) {
 	for {
 		n, rerr := io.ReadFull(r.Body, buf)
 		if n > 0 {
-			if err := ag.Stdin(r.Context(), c.ID, buf[:n], false); err != nil {
+			if err := ag.Stdin(r.Context(), c.ProcessID, buf[:n], false); err != nil {
 				s.writeError(w, r, err)
 				return
 			}
@@ -285,7 +286,7 @@ func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if eof == "true" {
-		if err := ag.Stdin(r.Context(), c.ID, nil, true); err != nil {
+		if err := ag.Stdin(r.Context(), c.ProcessID, nil, true); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -308,7 +309,7 @@ func (s *Server) commandSignal(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := ag.Signal(r.Context(), c.ID, req.Signal); err != nil {
+	if err := ag.Signal(r.Context(), c.ProcessID, req.Signal); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -330,7 +331,7 @@ func (s *Server) commandResize(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := ag.Resize(r.Context(), c.ID, uint16(req.Rows), uint16(req.Cols)); err != nil {
+	if err := ag.Resize(r.Context(), c.ProcessID, uint16(req.Rows), uint16(req.Cols)); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

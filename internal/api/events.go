@@ -167,7 +167,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 	// and it closes the stream itself, so Next and Close never race.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := ag.Events(sctx, c.ID, after)
+	stream, err := ag.Events(sctx, c.ProcessID, after)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -71,20 +71,20 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		data := []byte(req.StdinData)
 		for len(data) > 0 {
 			n := min(len(data), agentproto.MaxStdinChunk)
-			if err := ag.Stdin(ctx, c.ID, data[:n], false); err != nil {
+			if err := ag.Stdin(ctx, c.ProcessID, data[:n], false); err != nil {
 				s.writeError(w, r, err)
 				return
 			}
 			data = data[n:]
 		}
-		if err := ag.Stdin(ctx, c.ID, nil, true); err != nil {
+		if err := ag.Stdin(ctx, c.ProcessID, nil, true); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := ag.Events(sctx, c.ID, 0)
+	stream, err := ag.Events(sctx, c.ProcessID, 0)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

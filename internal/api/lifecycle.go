@@ -49,6 +49,15 @@ func (s *Server) runCreate(ctx context.Context, op *store.Operation, report oper
 		report(ctx, "restoring checkpoint", 10)
 	}
 	_, cerr := s.worker.CreateSandbox(ctx, spec)
+	if cerr == nil && op.Type == store.OpBranch {
+		// The branch's guest runs the processes that ran at the checkpoint:
+		// they become its commands before anyone can see it running.
+		if ck, err := s.store.GetCheckpoint(ctx, store.AnyTenant, spec.FromCheckpoint); err == nil {
+			s.syncCommands(ctx, sb.ID, ck.SandboxID)
+		} else {
+			log.Warn("branch: checkpoint gone, no commands inherited", "checkpoint", spec.FromCheckpoint, "err", err)
+		}
+	}
 	if cerr == nil {
 		sb, err = s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sb.ID,
 			[]store.SandboxState{store.SandboxCreating}, store.SandboxRunning, nil)
@@ -141,8 +150,8 @@ func (s *Server) endCommands(ctx context.Context, sandboxID, reason string, proc
 			if c.State == store.CommandExited {
 				continue
 			}
-			ex := commandExit{ExitStatus: apiv1.ExitStatus{Reason: reason, EndedAt: &now}, Seq: procs[c.ID].LastSeq + 1}
-			if p, ok := procs[c.ID]; ok && p.Exit != nil {
+			ex := commandExit{ExitStatus: apiv1.ExitStatus{Reason: reason, EndedAt: &now}, Seq: procs[c.ProcessID].LastSeq + 1}
+			if p, ok := procs[c.ProcessID]; ok && p.Exit != nil {
 				ex = commandExit{ExitStatus: toExitStatus(p.Exit), Seq: p.LastSeq}
 			}
 			raw, _ := json.Marshal(ex)

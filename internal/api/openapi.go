@@ -71,6 +71,8 @@ var docs = map[string]doc{
 	"POST /v1/sandboxes": {summary: "Create a sandbox (asynchronous). network is the egress policy {egress:{default,allow,deny},inject:[{domain,header,value}]} " +
 		"(absent: deny all). " + injectSemantics + " With from_checkpoint (a ready checkpoint of the tenant) the sandbox is a branch (operation type branch): " +
 		"its disk, memory and processes start as they were at the checkpoint, its template and sizes are the checkpoint's " +
+		"(the commands that had started in the checkpointed sandbox are command sessions of the branch once it runs, with new ids, " +
+		"the same spec and started_at, running or exited as the branch's guest reports them; their events replay the process's output from before the checkpoint too) " +
 		"(template, vcpus, memory_mib, disk_mib may be left out; other values are 400); a checkpoint not ready is 409 (details.state).",
 		body: "CreateSandboxRequest", status: "202", resp: "SandboxAndOperation"},
 	"GET /v1/sandboxes": {summary: "List sandboxes (deleted ones only when asked for by state)", status: "200", resp: "SandboxList",
@@ -89,7 +91,9 @@ var docs = map[string]doc{
 	"POST /v1/sandboxes/{id}/keep": {summary: "Set the time to live to timeout_seconds from now (expires_at); an expired sandbox is deleted by a delete operation",
 		body: "KeepRequest", status: "200", resp: "Sandbox"},
 	"POST /v1/sandboxes/{id}/restore": {summary: "Roll a running, paused or suspended sandbox back in place to a ready checkpoint of it or of a sandbox it was " +
-		"branched from (operation type restore: -> waking -> running). Running commands the checkpoint did not have end with reason lost. " +
+		"branched from (operation type restore: -> waking -> running). Running commands the checkpoint did not have end with reason lost; " +
+		"those it had are running or exited as the restored guest reports (a command that ended after the checkpoint runs again); " +
+		"commands of a checkpoint of an ancestor that this sandbox has no session for become new sessions of it. " +
 		"Another sandbox state or a checkpoint not ready is 409 (details.state); another lineage's checkpoint is 400",
 		body: "RestoreRequest", status: "202", resp: "OperationResponse"},
 	"POST /v1/sandboxes/{id}/checkpoints": {summary: "Checkpoint a running or paused sandbox (operation type checkpoint, target the sandbox): it keeps running, " +
@@ -112,7 +116,7 @@ var docs = map[string]doc{
 
 	"POST /v1/sandboxes/{id}/commands": {summary: "Create a command session; it starts on the first attach to its events (or the first stdin write)",
 		body: "CreateCommandRequest", status: "201", resp: "CommandResponse"},
-	"GET /v1/sandboxes/{id}/commands":       {summary: "List a sandbox's commands, oldest first", status: "200", resp: "CommandList", query: pageParams},
+	"GET /v1/sandboxes/{id}/commands":       {summary: "List a sandbox's commands, oldest first; a branch lists the commands it inherited from its checkpoint (new ids) too", status: "200", resp: "CommandList", query: pageParams},
 	"GET /v1/sandboxes/{id}/commands/{cid}": {summary: "Get a command: state, pid, exit status", status: "200", resp: "CommandResponse"},
 	"GET /v1/sandboxes/{id}/commands/{cid}/events": {summary: "Attach to a command's events, starting it on the first attach. " +
 		"NDJSON (application/x-ndjson), or SSE with Accept: text/event-stream (id: is the seq, so Last-Event-ID resumes). " +

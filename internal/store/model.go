@@ -151,9 +151,15 @@ const (
 
 // Command is a command session in a sandbox.
 type Command struct {
-	ID        string          `json:"id"` // "cmd_…"
-	TenantID  string          `json:"tenant_id"`
-	SandboxID string          `json:"sandbox_id"`
+	ID        string `json:"id"` // "cmd_…"
+	TenantID  string `json:"tenant_id"`
+	SandboxID string `json:"sandbox_id"`
+	// ProcessID is the id the guest agent knows the command's process by
+	// (agentproto.ProcessSpec.ID). It is the command's own ID, except for a
+	// command a branch inherited from its checkpoint: the agent in the
+	// branch still knows that process by the parent's command id. It never
+	// changes after CreateCommand, which defaults it to ID.
+	ProcessID string          `json:"process_id"`
 	Spec      json.RawMessage `json:"spec"`
 	State     CommandState    `json:"state"`
 	PID       int             `json:"pid,omitempty"`

@@ -2,6 +2,7 @@ package apitest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -22,6 +25,9 @@ import (
 type checkpoint struct {
 	status worker.CheckpointStatus
 	root   string
+	// procs are the processes the sandbox's agent knew at the checkpoint;
+	// a branch's agent gets stand-ins of them (see inheritProcesses).
+	procs []agentproto.ProcessInfo
 }
 
 var _ worker.Lifecycle = (*Worker)(nil)
@@ -140,6 +146,10 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	if dup {
 		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrConflict, "checkpoint %s exists", checkpointID)
 	}
+	procs, err := vm.client.List(ctx)
+	if err != nil {
+		return worker.CheckpointStatus{}, err
+	}
 	dir, err := os.MkdirTemp("", "space-api-ckpt-")
 	if err != nil {
 		return worker.CheckpointStatus{}, err
@@ -151,7 +161,7 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 		return worker.CheckpointStatus{}, err
 	}
 	ck := &checkpoint{root: root, status: worker.CheckpointStatus{ID: checkpointID, SandboxID: sandboxID, Spec: vm.Spec,
-		CreatedAt: time.Now().UTC(), SizeBytes: treeSize(root)}}
+		CreatedAt: time.Now().UTC(), SizeBytes: treeSize(root)}, procs: procs}
 	w.mu.Lock()
 	w.ckpts[checkpointID] = ck
 	w.mu.Unlock()
@@ -205,17 +215,64 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 
 func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) error { return nil }
 
-// branchRoot fills root from the checkpoint a branch is made of.
-func (w *Worker) branchRoot(spec *worker.SandboxSpec, root string) error {
+// branchRoot fills root from the checkpoint a branch is made of and returns
+// the processes the checkpoint's agent knew.
+func (w *Worker) branchRoot(spec *worker.SandboxSpec, root string) ([]agentproto.ProcessInfo, error) {
 	w.mu.Lock()
 	ck := w.ckpts[spec.FromCheckpoint]
 	w.mu.Unlock()
 	if ck == nil {
-		return errdefs.New(errdefs.ErrNotFound, "checkpoint %s not found", spec.FromCheckpoint)
+		return nil, errdefs.New(errdefs.ErrNotFound, "checkpoint %s not found", spec.FromCheckpoint)
 	}
 	base := ck.status.Spec
 	spec.Template, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB = base.Template, base.VCPUs, base.MemoryMiB, base.DiskMiB
-	return copyTree(ck.root, root)
+	return ck.procs, copyTree(ck.root, root)
+}
+
+// InheritedOutput is what the stand-in of a process running at a
+// checkpoint writes first in a branch of it.
+const InheritedOutput = "inherited\n"
+
+// inheritProcesses gives a branch's agent the processes of its checkpoint,
+// as far as a fake can: a real branch's guest memory holds the very
+// processes, here each gets a stand-in under the same process id. One that
+// ran prints InheritedOutput and sleeps until signalled; one that had
+// exited with a code exits with that code (signalled ones are left out).
+//
+// It returns the ids of the stand-ins it started, also when it fails.
+func inheritProcesses(ctx context.Context, c *agentclient.Client, procs []agentproto.ProcessInfo) (standIns []string, err error) {
+	for _, p := range procs {
+		spec := agentproto.ProcessSpec{ID: p.ID, Shell: "echo inherited; exec sleep 600"}
+		if p.Exit != nil {
+			if p.Exit.ExitCode == nil {
+				continue
+			}
+			spec.Shell = fmt.Sprintf("exit %d", *p.Exit.ExitCode)
+		}
+		if _, err := c.Start(ctx, spec); err != nil {
+			return standIns, err
+		}
+		standIns = append(standIns, p.ID)
+		if p.Exit == nil {
+			continue
+		}
+		// Wait for the exit, so the branch's agent reports it as ended.
+		ev, err := c.Events(ctx, p.ID, 0)
+		if err != nil {
+			return standIns, err
+		}
+		for {
+			e, err := ev.Next()
+			if err != nil || e.Type == agentproto.EventExit {
+				ev.Close()
+				if err != nil {
+					return standIns, err
+				}
+				break
+			}
+		}
+	}
+	return standIns, nil
 }
 
 func clearDir(dir string) error {

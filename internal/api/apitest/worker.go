@@ -16,6 +16,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -84,8 +85,9 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 	}
 	root := filepath.Join(dir, "root")
 	os.Mkdir(root, 0o755)
+	var inherited []agentproto.ProcessInfo
 	if spec.FromCheckpoint != "" {
-		if err := w.branchRoot(&spec, root); err != nil {
+		if inherited, err = w.branchRoot(&spec, root); err != nil {
 			os.RemoveAll(dir)
 			return worker.SandboxStatus{}, err
 		}
@@ -103,11 +105,23 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	}, nil)
+	// Stand-ins of inherited processes end with the fake VM (a real
+	// VM's processes end with it; the fake's agent leaves them running).
+	standIns, ierr := inheritProcesses(ctx, c, inherited)
 	vm := &VM{ID: spec.ID, Root: root, Spec: spec, client: c, cancel: func() {
+		kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for _, id := range standIns {
+			_ = c.Signal(kctx, id, "SIGKILL") // gone already is fine
+		}
+		kcancel()
 		c.Close()
 		cancel()
 		os.RemoveAll(dir)
 	}}
+	if ierr != nil {
+		vm.cancel()
+		return worker.SandboxStatus{}, ierr
+	}
 	w.mu.Lock()
 	w.vms[spec.ID] = vm
 	w.mu.Unlock()

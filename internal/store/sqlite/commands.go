@@ -11,7 +11,7 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 )
 
-const cmdCols = `id, tenant_id, sandbox_id, spec, state, pid, exit, created_at, started_at`
+const cmdCols = `id, tenant_id, sandbox_id, process_id, spec, state, pid, exit, created_at, started_at`
 
 func scanCmd(row interface{ Scan(...any) error }) (*store.Command, error) {
 	var cmd store.Command
@@ -19,7 +19,7 @@ func scanCmd(row interface{ Scan(...any) error }) (*store.Command, error) {
 	var exit sql.NullString
 	var created int64
 	var started sql.NullInt64
-	if err := row.Scan(&cmd.ID, &cmd.TenantID, &cmd.SandboxID, &spec, &cmd.State, &cmd.PID, &exit, &created, &started); err != nil {
+	if err := row.Scan(&cmd.ID, &cmd.TenantID, &cmd.SandboxID, &cmd.ProcessID, &spec, &cmd.State, &cmd.PID, &exit, &created, &started); err != nil {
 		return nil, err
 	}
 	cmd.Spec = rawFrom(sql.NullString{String: spec, Valid: true})
@@ -38,8 +38,8 @@ func normCmd(cmd *store.Command) {
 	}
 }
 
-// CreateCommand inserts cmd, filling ID, State (created) and CreatedAt when
-// empty. The sandbox must exist (ErrNotFound).
+// CreateCommand inserts cmd, filling ID, ProcessID (= ID), State (created)
+// and CreatedAt when empty. The sandbox must exist (ErrNotFound).
 func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 	c = c.bind(ctx)
 	if cmd.TenantID == "" || cmd.SandboxID == "" {
@@ -47,6 +47,9 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 	}
 	if cmd.ID == "" {
 		cmd.ID = store.NewID(store.PrefixCommand)
+	}
+	if cmd.ProcessID == "" {
+		cmd.ProcessID = cmd.ID
 	}
 	if cmd.State == "" {
 		cmd.State = store.CommandCreated
@@ -60,8 +63,8 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 		if _, err := tc.GetSandbox(ctx, cmd.TenantID, cmd.SandboxID); err != nil {
 			return err
 		}
-		_, err := tc.wr.ExecContext(ctx, `INSERT INTO commands (`+cmdCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			cmd.ID, cmd.TenantID, cmd.SandboxID, string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit),
+		_, err := tc.wr.ExecContext(ctx, `INSERT INTO commands (`+cmdCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit),
 			nanos(cmd.CreatedAt), nullNanos(cmd.StartedAt))
 		if err != nil {
 			return dbErr("create command", err)
@@ -100,13 +103,13 @@ func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.Comman
 		if len(from) > 0 && !slices.Contains(from, cmd.State) {
 			return stateConflict("command", id, string(cmd.State))
 		}
-		keepID, keepTenant, keepSandbox, keepCreated := cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.CreatedAt
+		keepID, keepTenant, keepSandbox, keepProcess, keepCreated := cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt
 		if mutate != nil {
 			if err := mutate(cmd); err != nil {
 				return err
 			}
 		}
-		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
+		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepProcess, keepCreated
 		normCmd(cmd)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE commands SET spec = ?, state = ?, pid = ?, exit = ?, started_at = ? WHERE id = ?`,
 			string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit), nullNanos(cmd.StartedAt), cmd.ID)

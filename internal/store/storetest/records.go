@@ -126,18 +126,27 @@ func testCommands(t *testing.T, s store.Store) {
 	other := mkSandbox(t, s, a.ID, nil)
 	c := &store.Command{TenantID: a.ID, SandboxID: sb.ID, Spec: json.RawMessage(`{"argv":["true"]}`)}
 	must(t, s.CreateCommand(ctx, c))
-	if !store.HasPrefix(c.ID, store.PrefixCommand) || c.State != store.CommandCreated {
+	if !store.HasPrefix(c.ID, store.PrefixCommand) || c.State != store.CommandCreated || c.ProcessID != c.ID {
 		t.Fatalf("created command not filled in: %+v", c)
 	}
-	c2 := &store.Command{TenantID: a.ID, SandboxID: sb.ID, Spec: json.RawMessage(`{}`)}
+	// A command inherited by a branch keeps the process id it had in the parent.
+	c2 := &store.Command{TenantID: a.ID, SandboxID: sb.ID, ProcessID: c.ID, Spec: json.RawMessage(`{}`)}
 	must(t, s.CreateCommand(ctx, c2))
+	if c2.ProcessID != c.ID || c2.ID == c.ID {
+		t.Fatalf("inherited command %+v", c2)
+	}
 	must(t, s.CreateCommand(ctx, &store.Command{TenantID: a.ID, SandboxID: other.ID, Spec: json.RawMessage(`{}`)}))
 	wantClass(t, s.CreateCommand(ctx, &store.Command{TenantID: a.ID, SandboxID: "sbx_nope"}), errdefs.ErrNotFound)
 
 	got, err := s.GetCommand(ctx, a.ID, sb.ID, c.ID)
 	must(t, err)
-	if string(got.Spec) != `{"argv":["true"]}` || got.StartedAt != nil || got.Exit != nil {
+	if string(got.Spec) != `{"argv":["true"]}` || got.StartedAt != nil || got.Exit != nil || got.ProcessID != c.ID {
 		t.Fatalf("GetCommand = %+v", got)
+	}
+	got2, err := s.GetCommand(ctx, a.ID, sb.ID, c2.ID)
+	must(t, err)
+	if got2.ProcessID != c.ID {
+		t.Fatalf("GetCommand(inherited) process id %q, want %q", got2.ProcessID, c.ID)
 	}
 	for _, tc := range []struct{ tenant, sandbox string }{{b.ID, sb.ID}, {a.ID, other.ID}} {
 		_, err = s.GetCommand(ctx, tc.tenant, tc.sandbox, c.ID)
@@ -151,7 +160,7 @@ func testCommands(t *testing.T, s store.Store) {
 	}
 	page, err = s.ListCommands(ctx, store.CommandFilter{TenantID: a.ID, SandboxID: sb.ID, PageRequest: store.PageRequest{PageSize: 1, PageToken: page.NextPageToken}})
 	must(t, err)
-	if len(page.Items) != 1 || page.Items[0].ID != c2.ID || page.NextPageToken != "" {
+	if len(page.Items) != 1 || page.Items[0].ID != c2.ID || page.Items[0].ProcessID != c.ID || page.NextPageToken != "" {
 		t.Fatalf("second page %+v", page)
 	}
 	page, err = s.ListCommands(ctx, store.CommandFilter{TenantID: b.ID, SandboxID: sb.ID})
@@ -163,10 +172,11 @@ func testCommands(t *testing.T, s store.Store) {
 	started := time.Now()
 	got, err = s.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandCreated}, func(c *store.Command) error {
 		c.State, c.PID, c.StartedAt = store.CommandRunning, 42, &started
+		c.ProcessID = "cmd_other" // ignored: the process id never changes
 		return nil
 	})
 	must(t, err)
-	if got.State != store.CommandRunning || got.PID != 42 || got.StartedAt == nil {
+	if got.State != store.CommandRunning || got.PID != 42 || got.StartedAt == nil || got.ProcessID != c.ID {
 		t.Fatalf("updated command %+v", got)
 	}
 	_, err = s.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandCreated}, func(c *store.Command) error {
@@ -181,7 +191,7 @@ func testCommands(t *testing.T, s store.Store) {
 	must(t, err)
 	got, err = s.GetCommand(ctx, a.ID, sb.ID, c.ID)
 	must(t, err)
-	if got.State != store.CommandExited || string(got.Exit) != `{"exit_code":0}` || got.PID != 42 || !got.StartedAt.Equal(started) {
+	if got.State != store.CommandExited || string(got.Exit) != `{"exit_code":0}` || got.PID != 42 || !got.StartedAt.Equal(started) || got.ProcessID != c.ID {
 		t.Fatalf("exited command %+v", got)
 	}
 }

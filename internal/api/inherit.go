@@ -1,0 +1,166 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// syncCommands makes the command sessions of a sandbox whose guest was
+// replaced by a checkpoint's (a branch, or a restore in place) agree with
+// the processes the new guest's agent knows. source is the sandbox the
+// checkpoint was taken of.
+//
+//   - A command of the sandbox whose process the guest knows takes the
+//     state the agent reports: running again (a restore rewinds a command
+//     that ended after the checkpoint) or exited with the agent's exit.
+//   - A running command whose process the guest does not know ends "lost"
+//     (an exit the API does not invent: the process is really gone).
+//     Commands not yet started stay as they are.
+//   - A process the guest knows that belonged to a command of source, and
+//     that no command of the sandbox stands for yet, becomes a new command
+//     session of the sandbox: a new id, source's spec, the same process id,
+//     and the state, pid and start time the agent reports. This is how a
+//     branch inherits the commands running (or ended) at its checkpoint.
+//
+// The agent addresses processes by Command.ProcessID. Failures are logged:
+// the sandbox stays usable, its commands as they were.
+func (s *Server) syncCommands(ctx context.Context, sandboxID, source string) {
+	ctx = context.WithoutCancel(ctx)
+	log := s.logger.With("sandbox", sandboxID)
+	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, sandboxID)
+	if err != nil {
+		log.Error("sync commands: get sandbox", "err", err)
+		return
+	}
+	ag, err := s.agent(ctx, sandboxID)
+	if err != nil {
+		log.Warn("sync commands: no agent", "err", err)
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	list, err := ag.List(lctx)
+	cancel()
+	if err != nil {
+		log.Warn("sync commands: list processes", "err", err)
+		return
+	}
+	procs := map[string]agentproto.ProcessInfo{}
+	for _, p := range list {
+		procs[p.ID] = p
+	}
+	own, err := s.allCommands(ctx, sandboxID)
+	if err != nil {
+		log.Error("sync commands: list", "err", err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, c := range own {
+		seen[c.ProcessID] = true
+		if c.State == store.CommandCreated {
+			continue
+		}
+		if p, known := procs[c.ProcessID]; known {
+			s.followProcess(ctx, c, p)
+		} else if c.State == store.CommandRunning {
+			now := time.Now().UTC()
+			raw, _ := json.Marshal(commandExit{ExitStatus: apiv1.ExitStatus{Reason: agentproto.ReasonLost, EndedAt: &now}})
+			if _, err := s.store.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandRunning},
+				func(c *store.Command) error {
+					c.State, c.Exit = store.CommandExited, raw
+					return nil
+				}); err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+				log.Error("sync commands: end", "command", c.ID, "err", err)
+			}
+		}
+	}
+	if source == "" || source == sandboxID {
+		return
+	}
+	unseen := false
+	for _, p := range list {
+		unseen = unseen || !seen[p.ID]
+	}
+	if !unseen {
+		return
+	}
+	from, err := s.allCommands(ctx, source)
+	if err != nil {
+		log.Error("sync commands: list the source's", "source", source, "err", err)
+		return
+	}
+	byProcess := map[string]*store.Command{}
+	for _, c := range from {
+		byProcess[c.ProcessID] = c
+	}
+	for _, p := range list { // agent order: start order
+		parent, ok := byProcess[p.ID]
+		if seen[p.ID] || !ok {
+			continue
+		}
+		c := &store.Command{TenantID: sb.TenantID, SandboxID: sandboxID, ProcessID: p.ID, Spec: parent.Spec,
+			CreatedAt: time.Now().UTC()}
+		stateFromProcess(c, p)
+		if err := s.store.CreateCommand(ctx, c); err != nil {
+			log.Error("sync commands: inherit", "process", p.ID, "err", err)
+			continue
+		}
+		log.Info("command inherited", "command", c.ID, "from", parent.ID, "state", c.State)
+	}
+}
+
+// followProcess sets a command to the state the agent reports of its
+// process, when that differs from the stored one.
+func (s *Server) followProcess(ctx context.Context, c *store.Command, p agentproto.ProcessInfo) {
+	want := *c
+	stateFromProcess(&want, p)
+	if want.State == c.State && string(want.Exit) == string(c.Exit) && want.PID == c.PID {
+		return
+	}
+	_, err := s.store.UpdateCommand(ctx, c.ID, []store.CommandState{c.State}, func(cur *store.Command) error {
+		stateFromProcess(cur, p)
+		return nil
+	})
+	if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+		s.logger.Error("sync commands: follow the agent", "command", c.ID, "err", err)
+	}
+}
+
+// stateFromProcess sets c's state, pid, start and exit as the agent
+// reports them of its process.
+func stateFromProcess(c *store.Command, p agentproto.ProcessInfo) {
+	c.PID = p.PID
+	if !p.StartedAt.IsZero() {
+		started := p.StartedAt.UTC()
+		c.StartedAt = &started
+	}
+	if p.Exit == nil {
+		c.State, c.Exit = store.CommandRunning, nil
+		return
+	}
+	c.State = store.CommandExited
+	c.Exit, _ = json.Marshal(commandExit{ExitStatus: toExitStatus(p.Exit), Seq: p.LastSeq})
+}
+
+// allCommands lists every command session of a sandbox, oldest first.
+func (s *Server) allCommands(ctx context.Context, sandboxID string) ([]*store.Command, error) {
+	f := store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}
+	f.PageSize = store.MaxPageSize
+	var out []*store.Command
+	for {
+		page, err := s.store.ListCommands(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Items...)
+		if page.NextPageToken == "" {
+			return out, nil
+		}
+		f.PageToken = page.NextPageToken
+	}
+}
