@@ -424,6 +424,22 @@ func testTenantIsolation(t *testing.T, srv *server, sbx apiv1.Sandbox) {
 	if st := other.do("POST", "/v1/admin/tenants", map[string]string{"name": "x"}, nil); st != 403 {
 		t.Errorf("tenant key on an admin route = %d, want 403", st)
 	}
+	admin := srv.client(srv.AdminKey)
+	var workers apiv1.WorkerList
+	admin.mustDo("GET", "/v1/admin/workers", nil, &workers, 200)
+	if len(workers.Workers) != 1 || !workers.Workers[0].Ready {
+		t.Errorf("workers = %+v", workers)
+	}
+	// A deleted key stops working at once.
+	var k apiv1.KeyResponse
+	admin.mustDo("POST", "/v1/admin/tenants/other-tenant/keys", map[string]any{}, &k, 201)
+	if st := srv.client(k.Key).do("GET", "/v1/sandboxes", nil, nil); st != 200 {
+		t.Fatalf("new key = %d", st)
+	}
+	admin.mustDo("DELETE", "/v1/admin/keys/"+k.ID, nil, nil, 204)
+	if st := srv.client(k.Key).do("GET", "/v1/sandboxes", nil, nil); st != 401 {
+		t.Errorf("deleted key = %d, want 401", st)
+	}
 }
 
 func testIdempotency(t *testing.T, c *client, sbx apiv1.Sandbox) {
