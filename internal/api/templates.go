@@ -342,6 +342,7 @@ func (s *Server) failBuild(ctx context.Context, row *store.Template, ref string)
 		if err := s.templates.Builder.Delete(ctx, ref); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
 			s.logger.Error("remove failed template build", "template", ref, "err", err)
 		}
+		s.forgetTemplate(ctx, ref)
 	}
 	row.State = store.TemplateFailed
 	if err := s.store.UpsertTemplate(ctx, row); err != nil {

@@ -205,6 +205,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	s.forgetTemplate(ctx, ref)
 	for _, t := range doomed {
 		if err := s.store.DeleteTemplate(ctx, t.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
 			s.writeError(w, r, err)
@@ -241,4 +242,15 @@ func (s *Server) templateBuildLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.streamBuildLog(w, r, op, after)
+}
+
+// forgetTemplate has the worker drop its ready snapshots of ref, whose files
+// are gone. A failure only leaves a cache entry behind (the worker prunes it
+// at its next start), so it is logged, not answered.
+func (s *Server) forgetTemplate(ctx context.Context, ref string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	if err := s.worker.ForgetTemplate(ctx, ref); err != nil {
+		s.logger.Warn("worker kept ready snapshots of a deleted template", "template", ref, "err", err)
+	}
 }

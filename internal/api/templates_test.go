@@ -334,6 +334,12 @@ func TestTemplateRebuildPinCacheDelete(t *testing.T) {
 	if _, err := te.alice.GetTemplate(ctx, "pinned"); !isCode(err, "not_found") {
 		t.Fatalf("GET after delete: %v", err)
 	}
+	// The worker dropped its ready snapshots of exactly what was deleted;
+	// refused deletes told it nothing.
+	want := []string{"pinned@" + v1.Digest, "pinned"}
+	if got := te.snap.ForgottenTemplates(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("worker forgot %q, want %q", got, want)
+	}
 }
 
 func TestTemplateGlobalBuilds(t *testing.T) {

@@ -183,4 +183,12 @@ type Lifecycle interface {
 	// fails). Idempotent; ErrFailedPrecondition when the worker keeps no
 	// ready snapshots.
 	PrepareTemplate(ctx context.Context, spec SandboxSpec) error
+	// ForgetTemplate removes the ready snapshots the worker keeps of a
+	// template reference ("name": every build of the name;
+	// "name@sha256:…": that build) and stops the pooled VMs restored from
+	// them. Call it once the build is deleted. It waits for creates and
+	// pool fills reading those snapshots; sandboxes made from them keep
+	// working (they own copies). Idempotent: a reference with no snapshot
+	// succeeds.
+	ForgetTemplate(ctx context.Context, ref string) error
 }

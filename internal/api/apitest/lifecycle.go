@@ -215,6 +215,21 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 
 func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) error { return nil }
 
+// ForgetTemplate records ref in Forgotten.
+func (w *Worker) ForgetTemplate(ctx context.Context, ref string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.Forgotten = append(w.Forgotten, ref)
+	return nil
+}
+
+// ForgottenTemplates returns the references ForgetTemplate got, in order.
+func (w *Worker) ForgottenTemplates() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.Forgotten...)
+}
+
 // branchRoot fills root from the checkpoint a branch is made of and returns
 // the processes the checkpoint's agent knew.
 func (w *Worker) branchRoot(spec *worker.SandboxSpec, root string) ([]agentproto.ProcessInfo, error) {

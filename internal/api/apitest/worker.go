@@ -37,6 +37,8 @@ type Worker struct {
 	Gate     chan struct{}
 	NotReady error
 	Deleted  []string
+	// Forgotten are the template references ForgetTemplate got.
+	Forgotten []string
 	// LifecycleGate, when set, blocks every lifecycle call until closed.
 	LifecycleGate chan struct{}
 	// WakeErr, when set, makes WakeSandbox fail (the VM stays as it was).

@@ -88,6 +88,9 @@ type Worker struct {
 	// ckMu: branches and restores read checkpoints (RLock) while
 	// DeleteCheckpoint removes them (Lock).
 	ckMu sync.RWMutex
+	// tplMu: creates and pool fills make and read template snapshots
+	// (RLock) while ForgetTemplate removes them (Lock).
+	tplMu sync.RWMutex
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -128,6 +131,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	// Namespaces first: the pool's filler makes new ones (for this
 	// process's pooled VMs) that no sandbox owns.
 	w.reapNamespaces(ctx)
+	w.pruneTemplateSnapshots()
 	w.startPool(ctx)
 	return w, nil
 }

@@ -237,12 +237,29 @@ func (p *vmPool) run() {
 			if !ok {
 				break
 			}
-			e, err := p.w.makePoolEntry(p.ctx, t)
+			// Under tplMu, so ForgetTemplate never removes t's files
+			// while they are read, nor misses the entry made of them.
+			p.w.tplMu.RLock()
 			p.mu.Lock()
+			_, wanted := p.targets[t.snap]
+			p.mu.Unlock()
+			var e *poolEntry
+			err := errTargetGone
+			if wanted {
+				e, err = p.w.makePoolEntry(p.ctx, t)
+			}
+			p.mu.Lock()
+			if err == errTargetGone {
+				p.usedMiB -= t.m.MemoryMiB
+				p.mu.Unlock()
+				p.w.tplMu.RUnlock()
+				continue
+			}
 			if err != nil {
 				p.usedMiB -= t.m.MemoryMiB
 				p.failed[t.snap] = time.Now()
 				p.mu.Unlock()
+				p.w.tplMu.RUnlock()
 				if p.ctx.Err() == nil {
 					p.w.log.Warn("pool entry not made", "snapshot", filepath.Base(t.snap), "err", causeOf(err))
 				}
@@ -252,6 +269,7 @@ func (p *vmPool) run() {
 			p.stats.Made++
 			p.ready[t.snap] = append(p.ready[t.snap], e)
 			p.mu.Unlock()
+			p.w.tplMu.RUnlock()
 		}
 	}
 }

@@ -216,7 +216,12 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	var m manifest
 	var haveSnap bool
 	var pooled *poolEntry
+	unlockTpl := func() {}
+	defer func() { unlockTpl() }()
 	if ck == nil {
+		// The template snapshot stays until the restore has its copies.
+		w.tplMu.RLock()
+		unlockTpl = sync.OnceFunc(w.tplMu.RUnlock)
 		snap, m, haveSnap = w.templateSnapshot(ctx, spec)
 		if haveSnap {
 			pooled = w.takePooled(ctx, sb, snap, m)
@@ -237,6 +242,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	default:
 		err = w.coldBoot(ctx, sb)
 	}
+	unlockTpl()
 	if err != nil {
 		return worker.SandboxStatus{}, err
 	}

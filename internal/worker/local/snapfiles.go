@@ -31,11 +31,14 @@ const (
 // manifest records what a snapshot needs to be restored and the checksum of
 // every file in it.
 type manifest struct {
-	Version   int                  `json:"version"`
-	CreatedAt time.Time            `json:"created_at"`
-	VCPUs     int                  `json:"vcpus"`
-	MemoryMiB int                  `json:"memory_mib"`
-	Files     map[string]fileCheck `json:"files"`
+	Version   int       `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	VCPUs     int       `json:"vcpus"`
+	MemoryMiB int       `json:"memory_mib"`
+	// Template is the build ("name@sha256:…") a template's ready snapshot
+	// was made of; empty for other snapshots.
+	Template string               `json:"template,omitempty"`
+	Files    map[string]fileCheck `json:"files"`
 }
 
 type fileCheck struct {

@@ -32,12 +32,27 @@ type readySnapshots struct {
 	building map[string]*sync.Mutex
 	verified map[string]manifest
 	failed   map[string]time.Time
+	refs     map[string]string // key -> the template build ("name@sha256:…")
+}
+
+// forget drops what is known of the snapshots of the builds match picks.
+func (r *readySnapshots) forget(match func(ref string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, ref := range r.refs {
+		if match(ref) {
+			delete(r.verified, key)
+			delete(r.failed, key)
+			delete(r.refs, key)
+		}
+	}
 }
 
 func (r *readySnapshots) lock(key string) func() {
 	r.mu.Lock()
 	if r.building == nil {
 		r.building, r.verified, r.failed = map[string]*sync.Mutex{}, map[string]manifest{}, map[string]time.Time{}
+		r.refs = map[string]string{}
 	}
 	m := r.building[key]
 	if m == nil {
@@ -95,6 +110,8 @@ func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) e
 	if !w.canSnapshot() {
 		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker does not keep ready snapshots")
 	}
+	w.tplMu.RLock()
+	defer w.tplMu.RUnlock()
 	dir, m, err := w.prepareTemplate(ctx, spec)
 	if err == nil {
 		w.pool.want(dir, m)
@@ -113,6 +130,7 @@ func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (
 	unlock := w.ready.lock(key)
 	defer unlock()
 	w.ready.mu.Lock()
+	w.ready.refs[key] = tpl.Ref()
 	m, verified := w.ready.verified[key]
 	failedAt, failed := w.ready.failed[key]
 	w.ready.mu.Unlock()
@@ -224,7 +242,7 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 	if err := vm.Stop(ctx); err != nil {
 		return m, fmt.Errorf("stop template vm: %w", err)
 	}
-	m = manifest{CreatedAt: time.Now().UTC(), VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB}
+	m = manifest{CreatedAt: time.Now().UTC(), VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, Template: tpl.Ref()}
 	if err := sealSnapshot(ctx, staging, m); err != nil {
 		return m, err
 	}

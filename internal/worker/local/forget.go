@@ -1,0 +1,139 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/template"
+)
+
+// Ready snapshots are a cache of template builds: each records the build it
+// was made of (manifest.Template), so it can go when that build goes.
+// ForgetTemplate removes them when the control plane deletes the build;
+// pruneTemplateSnapshots, at start-up, removes those whose build is no
+// longer on disk (deleted while no worker ran, or before this was kept).
+// Two builds of equal content (same digest) under different names share one
+// snapshot, recorded under the name that made it: forgetting that name
+// removes it and the other name makes it again on its next create.
+
+// ForgetTemplate implements worker.Lifecycle.
+func (w *Worker) ForgetTemplate(ctx context.Context, ref string) error {
+	name, digest, err := template.ParseRef(ref)
+	if err != nil {
+		return err
+	}
+	// Lock: no create or pool fill reads a template snapshot meanwhile.
+	w.tplMu.Lock()
+	defer w.tplMu.Unlock()
+	var errs []error
+	for _, s := range w.templateSnapshotDirs() {
+		sname, sdigest, ok := s.build()
+		if !ok || sname != name || (digest != "" && sdigest != digest) {
+			continue
+		}
+		if err := w.removeTemplateSnapshot(s.dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		w.log.Info("template ready snapshot removed", "template", s.ref, "snapshot", filepath.Base(s.dir))
+	}
+	w.ready.forget(func(r string) bool {
+		n, d, err := template.ParseRef(r)
+		return err == nil && n == name && (digest == "" || d == digest)
+	})
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("forget template %s: %w: %w", ref, errdefs.ErrInternal, err)
+	}
+	return nil
+}
+
+// removeTemplateSnapshot drops the pool of snapshot dir and removes it;
+// tplMu held.
+func (w *Worker) removeTemplateSnapshot(dir string) error {
+	w.pool.forget(dir)
+	key := filepath.Base(dir)
+	w.ready.mu.Lock()
+	delete(w.ready.verified, key)
+	delete(w.ready.failed, key)
+	w.ready.mu.Unlock()
+	return os.RemoveAll(dir)
+}
+
+// pruneTemplateSnapshots removes, at start-up, the ready snapshots whose
+// template build is gone, and those that do not say which build they are
+// of (made before snapshots recorded it: they are made again on use).
+func (w *Worker) pruneTemplateSnapshots() {
+	w.tplMu.Lock()
+	defer w.tplMu.Unlock()
+	for _, s := range w.templateSnapshotDirs() {
+		name, digest, ok := s.build()
+		if ok {
+			_, err := template.LoadDigest(w.cfg.TemplatesDir, name, digest)
+			if errdefs.ClassOf(err) != errdefs.ErrNotFound {
+				continue // there, or unreadable for now: keep it
+			}
+		}
+		if err := w.removeTemplateSnapshot(s.dir); err != nil {
+			w.log.Warn("remove stale template snapshot", "snapshot", filepath.Base(s.dir), "err", err)
+			continue
+		}
+		w.log.Info("stale template ready snapshot removed", "template", s.ref, "snapshot", filepath.Base(s.dir))
+	}
+}
+
+type templateSnapshotDir struct {
+	dir string
+	ref string // manifest.Template; "" when unknown
+}
+
+func (s templateSnapshotDir) build() (name, digest string, ok bool) {
+	name, digest, err := template.ParseRef(s.ref)
+	return name, digest, err == nil && digest != ""
+}
+
+// templateSnapshotDirs lists the sealed or unsealed template snapshot dirs
+// (not the staging dirs of snapshots being made) with the build each is of.
+func (w *Worker) templateSnapshotDirs() []templateSnapshotDir {
+	entries, _ := os.ReadDir(w.templateSnapshotsDir())
+	var out []templateSnapshotDir
+	for _, e := range entries {
+		if !e.IsDir() || strings.Contains(e.Name(), ".tmp-") {
+			continue
+		}
+		s := templateSnapshotDir{dir: filepath.Join(w.templateSnapshotsDir(), e.Name())}
+		var m manifest
+		if readJSON(filepath.Join(s.dir, manifestFile), &m) == nil {
+			s.ref = m.Template
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// forget drops what the pools keep of snapshot snap: its target and its
+// ready VMs (stopped, their files removed).
+func (p *vmPool) forget(snap string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	delete(p.targets, snap)
+	delete(p.failed, snap)
+	es := p.ready[snap]
+	delete(p.ready, snap)
+	for _, e := range es {
+		p.usedMiB -= e.memMiB
+	}
+	p.mu.Unlock()
+	for _, e := range es {
+		p.discard(e)
+	}
+}
+
+// errTargetGone: the pool's target was forgotten before its entry was made.
+var errTargetGone = errors.New("pool target forgotten")
