@@ -109,11 +109,11 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	if err := os.MkdirAll(opts.TemplatesDir, 0o755); err != nil {
 		return Metadata{}, fmt.Errorf("template: create templates dir: %v: %w", err, errdefs.ErrInternal)
 	}
-	tmp, err := os.MkdirTemp(opts.TemplatesDir, ".build-"+BaseName+"-")
+	tmp, release, err := newScratch(opts.TemplatesDir, BaseName)
 	if err != nil {
-		return Metadata{}, fmt.Errorf("template: staging dir: %v: %w", err, errdefs.ErrInternal)
+		return Metadata{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer release()
 	staging, out := filepath.Join(tmp, "root"), filepath.Join(tmp, "out")
 	for _, d := range []string{staging, out} {
 		if err := os.Mkdir(d, 0o755); err != nil {

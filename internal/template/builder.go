@@ -63,7 +63,8 @@ type Builder struct {
 	log *slog.Logger
 }
 
-// NewBuilder checks cfg and returns a Builder.
+// NewBuilder checks cfg and returns a Builder. It removes the scratch dirs
+// of builds that crashed (a running build's stays: see scratch.go).
 func NewBuilder(cfg BuilderConfig) (*Builder, error) {
 	if cfg.TemplatesDir == "" || cfg.AgentBinary == "" {
 		return nil, fmt.Errorf("template: builder needs a templates dir and an agent binary: %w", errdefs.ErrInvalidArgument)
@@ -83,6 +84,14 @@ func NewBuilder(cfg BuilderConfig) (*Builder, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	// What crashed builds left would otherwise stay forever.
+	removed, err := removeStaleScratch(cfg.TemplatesDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range removed {
+		log.Info("removed what an interrupted template build left", "dir", name)
 	}
 	return &Builder{cfg: cfg, log: log}, nil
 }
@@ -148,11 +157,11 @@ func (b *Builder) Build(ctx context.Context, req BuildRequest, progress Progress
 	}
 	// All scratch lives in one dir next to the templates, so the final
 	// rename stays on one file system and one RemoveAll undoes everything.
-	tmp, err := os.MkdirTemp(b.cfg.TemplatesDir, ".build-"+req.Name+"-")
+	tmp, release, err := newScratch(b.cfg.TemplatesDir, req.Name)
 	if err != nil {
-		return Metadata{}, fmt.Errorf("template: scratch dir: %v: %w", err, errdefs.ErrInternal)
+		return Metadata{}, err
 	}
-	defer os.RemoveAll(tmp)
+	defer release()
 	bs := &buildState{progress: progress, log: buildLog, tmp: tmp, limit: b.cfg.MaxContentBytes}
 
 	src, err := b.resolve(ctx, req.Source, bs)

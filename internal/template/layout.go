@@ -241,7 +241,7 @@ func remove(templates, name, digest string) error {
 		}
 	}
 	// Rename first so no reader ever sees half a build.
-	trash, err := os.MkdirTemp(templates, ".deleting-")
+	trash, err := os.MkdirTemp(templates, trashPrefix)
 	if err != nil {
 		return fmt.Errorf("template: delete: %v: %w", err, errdefs.ErrInternal)
 	}
