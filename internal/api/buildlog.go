@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -89,6 +90,49 @@ func (bl *buildLogs) finish(opID string) {
 	if l != nil {
 		l.close()
 	}
+}
+
+// buildLogMaxAge is how long a build's log is kept when its build is not
+// deleted first (ReconcileTemplates prunes older ones at start).
+const buildLogMaxAge = 30 * 24 * time.Hour
+
+// remove deletes the log of a build operation unless it is being written.
+func (bl *buildLogs) remove(opID string) error {
+	if bl.get(opID) != nil {
+		return nil
+	}
+	if err := os.Remove(bl.path(opID)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// prune removes the logs not written to since before cutoff (none being
+// written) and returns how many it removed.
+func (bl *buildLogs) prune(cutoff time.Time) (int, error) {
+	ents, err := os.ReadDir(bl.dir)
+	if os.IsNotExist(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list build logs: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		opID, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		if err := bl.remove(opID); err != nil {
+			return n, fmt.Errorf("remove build log: %w", err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // discard removes the log of a build that was never submitted.

@@ -351,9 +351,14 @@ func (s *Server) failBuild(ctx context.Context, row *store.Template, ref string)
 }
 
 // ReconcileTemplates marks failed every build left "building" by a previous
-// process (its operation was aborted by Recover). Call it after Recover,
-// before serving.
+// process (its operation was aborted by Recover) and removes build logs
+// older than buildLogMaxAge. Call it after Recover, before serving.
 func (s *Server) ReconcileTemplates(ctx context.Context) error {
+	if n, err := s.buildLogs.prune(time.Now().Add(-buildLogMaxAge)); err != nil {
+		s.logger.Warn("prune template build logs", "err", err)
+	} else if n > 0 {
+		s.logger.Info("old template build logs removed", "logs", n)
+	}
 	all, err := s.store.ListTemplates(ctx)
 	if err != nil {
 		return err

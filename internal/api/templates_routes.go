@@ -211,6 +211,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
+		s.removeBuildLogs(ctx, t.ID)
 	}
 	s.log(r).Info("template deleted", "template", ref, "builds", len(doomed), "force", force,
 		"sandboxes", use.Sandboxes, "checkpoints", use.Checkpoints)
@@ -252,5 +253,23 @@ func (s *Server) forgetTemplate(ctx context.Context, ref string) {
 	defer cancel()
 	if err := s.worker.ForgetTemplate(ctx, ref); err != nil {
 		s.logger.Warn("worker kept ready snapshots of a deleted template", "template", ref, "err", err)
+	}
+}
+
+// removeBuildLogs deletes the logs of the build operations of template
+// build id. A failure leaves a log for the age-based prune.
+func (s *Server) removeBuildLogs(ctx context.Context, id string) {
+	ops, err := s.store.ListOperations(ctx, store.OperationFilter{TenantID: store.AnyTenant, Target: id})
+	if err != nil {
+		s.logger.Warn("list the build operations of a deleted template", "template_build", id, "err", err)
+		return
+	}
+	for _, op := range ops.Items {
+		if op.Type != store.OpTemplateBuild {
+			continue
+		}
+		if err := s.buildLogs.remove(op.ID); err != nil {
+			s.logger.Warn("remove the build log of a deleted template", "template_build", id, "op", op.ID, "err", err)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/space-sandbox/space/internal/api/apitest"
 	"github.com/space-sandbox/space/internal/api/apiv1"
@@ -443,5 +444,48 @@ func TestTemplateBuildValidation(t *testing.T) {
 	}
 	if status, _, _ := te.do("GET", "/v1/templates/noboot", te.aliceKey, nil); status != http.StatusOK {
 		t.Fatalf("GET of a failed-only template: %d", status)
+	}
+}
+
+// A build's log goes with its build; logs of builds never deleted go after
+// buildLogMaxAge, at start.
+func TestTemplateBuildLogPruned(t *testing.T) {
+	te := newTplEnv(t)
+	ctx := context.Background()
+	res, op := te.build(te.alice, apiv1.CreateTemplateRequest{Name: "logged",
+		Source: apiv1.TemplateSource{Type: "rootfs", Path: te.rootfsTar("l.tar", map[string]string{"etc/l": "1\n"})}})
+	if op.State != apiv1.OpSucceeded {
+		t.Fatalf("build: %s %+v", op.State, op.Error)
+	}
+	logs := te.srv.templates.LogDir
+	logOf := filepath.Join(logs, res.Operation.ID+".log")
+	if _, err := os.Stat(logOf); err != nil {
+		t.Fatalf("build log: %v", err)
+	}
+	if err := te.alice.DeleteTemplate(ctx, "logged", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(logOf); !os.IsNotExist(err) {
+		t.Fatalf("log of a deleted build: %v", err)
+	}
+
+	old, fresh := filepath.Join(logs, "op_old.log"), filepath.Join(logs, "op_fresh.log")
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-buildLogMaxAge - time.Hour)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.srv.ReconcileTemplates(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("log older than %s kept: %v", buildLogMaxAge, err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatalf("recent log removed: %v", err)
 	}
 }
