@@ -288,7 +288,22 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, invalid(map[string]string{"checkpoint": "must be a checkpoint of this sandbox or of a sandbox it was branched from"}))
 		return
 	}
-	s.submitTransition(w, r, store.OpRestore, restoreTransition, checkpointParams{Checkpoint: ck.ID})
+	// The sandbox takes the checkpoint's size: what it grows by must fit
+	// the tenant's quota, checked as the restore is accepted.
+	growth := func(ctx context.Context, tx store.Store, cur *store.Sandbox) error {
+		extra := store.Usage{VCPUs: max(0, ck.VCPUs-cur.VCPUs), MemoryMiB: max(0, ck.MemoryMiB-cur.MemoryMiB)}
+		if extra == (store.Usage{}) {
+			return nil
+		}
+		return tx.CheckQuota(ctx, cur.TenantID, extra)
+	}
+	op, err := s.submitOnChecked(ctx, sb, store.OpRestore, restoreTransition.from, checkpointParams{Checkpoint: ck.ID}, growth)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log(r).Info("sandbox restore submitted", "sandbox", sb.ID, "op", op.ID, "checkpoint", ck.ID)
+	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
 }
 
 // restoreOnWorker is the worker's part of a restore; then the commands

@@ -90,6 +90,13 @@ func (s *Server) submitTransition(w http.ResponseWriter, r *http.Request, typ st
 // submitOn submits an operation on sb after checking, in the same
 // transaction, that it is in one of from.
 func (s *Server) submitOn(ctx context.Context, sb *store.Sandbox, typ store.OperationType, from []store.SandboxState, params any) (*store.Operation, error) {
+	return s.submitOnChecked(ctx, sb, typ, from, params, nil)
+}
+
+// submitOnChecked is submitOn that also runs check (when set) on the
+// sandbox's current row in the same transaction.
+func (s *Server) submitOnChecked(ctx context.Context, sb *store.Sandbox, typ store.OperationType, from []store.SandboxState, params any,
+	check func(ctx context.Context, tx store.Store, cur *store.Sandbox) error) (*store.Operation, error) {
 	op := &store.Operation{TenantID: sb.TenantID, Type: typ, Target: sb.ID}
 	if params != nil {
 		raw, err := json.Marshal(params)
@@ -103,7 +110,13 @@ func (s *Server) submitOn(ctx context.Context, sb *store.Sandbox, typ store.Oper
 		if err != nil {
 			return err
 		}
-		return requireState(cur, from...)
+		if err := requireState(cur, from...); err != nil {
+			return err
+		}
+		if check != nil {
+			return check(ctx, tx, cur)
+		}
+		return nil
 	})
 }
 

@@ -423,3 +423,61 @@ func TestReconcileInterruptedTransitions(t *testing.T) {
 		}
 	}
 }
+
+// A restore in place that would grow the sandbox to the checkpoint's size
+// is refused (429) when the growth does not fit the tenant's quota.
+func TestRestoreChecksQuota(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := t.Context()
+	sb := e.running(e.bob, nil)
+	ck, err := e.bob.CreateCheckpoint(ctx, sb.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitOp(e.bob, &ck.Operation, apiv1.OpSucceeded)
+	row, err := e.store.GetSandbox(ctx, store.AnyTenant, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The checkpoint is of a bigger sandbox (as after a branch of another
+	// size); the tenant may hold one vCPU and 256 MiB more than it does.
+	resize := func(vcpus, mem int) {
+		t.Helper()
+		if _, err := e.store.UpdateCheckpoint(ctx, ck.Checkpoint.ID, nil, func(c *store.Checkpoint) error {
+			c.VCPUs, c.MemoryMiB = vcpus, mem
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.store.SetTenantQuota(ctx, row.TenantID,
+		store.Quota{MaxVCPUs: row.VCPUs + 1, MaxMemoryMiB: row.MemoryMiB + 256}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		vcpus, mem int
+		resource   string
+	}{
+		{row.VCPUs + 2, row.MemoryMiB, "vcpus"},
+		{row.VCPUs, row.MemoryMiB + 512, "memory_mib"},
+	} {
+		resize(c.vcpus, c.mem)
+		status, _, body := e.do("POST", "/v1/sandboxes/"+sb.ID+"/restore", e.bobKey,
+			[]byte(`{"checkpoint":"`+ck.Checkpoint.ID+`"}`))
+		if got := wantError(t, status, body, 429, "resource_exhausted"); got.Details["resource"] != c.resource {
+			t.Fatalf("restore to %d vCPU %d MiB: details %+v", c.vcpus, c.mem, got.Details)
+		}
+		if st := e.state(e.bob, sb.ID); st != "running" {
+			t.Fatalf("sandbox after a refused restore: %s", st)
+		}
+	}
+	// Growth that fits, and a shrink, are accepted.
+	for _, size := range [][2]int{{row.VCPUs + 1, row.MemoryMiB + 256}, {row.VCPUs, row.MemoryMiB}} {
+		resize(size[0], size[1])
+		op, err := e.bob.RestoreSandbox(ctx, sb.ID, ck.Checkpoint.ID)
+		if err != nil {
+			t.Fatalf("restore to %v: %v", size, err)
+		}
+		e.waitOp(e.bob, op, apiv1.OpSucceeded)
+	}
+}

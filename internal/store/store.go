@@ -65,6 +65,11 @@ type Store interface {
 	TransitionSandbox(ctx context.Context, tenantID, id string, from []SandboxState, to SandboxState, mutate func(*Sandbox) error) (*Sandbox, error)
 	// SandboxUsage sums the tenant's live sandboxes (SandboxState.Live).
 	SandboxUsage(ctx context.Context, tenantID string) (Usage, error)
+	// CheckQuota fails with ErrResourceExhausted (details: resource,
+	// limit, used, requested) when the tenant's live sandboxes plus extra
+	// exceed its quota; a zero field of extra asks for none of it. Run it
+	// in the transaction that takes what it checks.
+	CheckQuota(ctx context.Context, tenantID string, extra Usage) error
 
 	// Operations. ListOperations is newest first.
 	CreateOperation(ctx context.Context, op *Operation) error

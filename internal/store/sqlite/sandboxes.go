@@ -81,7 +81,7 @@ func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	normSandbox(sb)
 	return c.atomic(ctx, func(tc *conn) error {
 		if sb.State.Live() {
-			if err := tc.checkQuota(ctx, sb); err != nil {
+			if err := tc.CheckQuota(ctx, sb.TenantID, store.Usage{Sandboxes: 1, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB}); err != nil {
 				return err
 			}
 		}
@@ -94,10 +94,11 @@ func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	})
 }
 
-// checkQuota fails with ErrResourceExhausted when sb does not fit the
+// CheckQuota fails with ErrResourceExhausted when extra does not fit the
 // tenant's quota next to what it holds.
-func (c *conn) checkQuota(ctx context.Context, sb *store.Sandbox) error {
-	t, err := c.GetTenant(ctx, sb.TenantID)
+func (c *conn) CheckQuota(ctx context.Context, tenantID string, extra store.Usage) error {
+	c = c.bind(ctx)
+	t, err := c.GetTenant(ctx, tenantID)
 	if err != nil {
 		return err
 	}
@@ -105,7 +106,7 @@ func (c *conn) checkQuota(ctx context.Context, sb *store.Sandbox) error {
 	if q == (store.Quota{}) {
 		return nil
 	}
-	u, err := c.SandboxUsage(ctx, sb.TenantID)
+	u, err := c.SandboxUsage(ctx, tenantID)
 	if err != nil {
 		return err
 	}
@@ -113,11 +114,11 @@ func (c *conn) checkQuota(ctx context.Context, sb *store.Sandbox) error {
 		resource         string
 		limit, used, ask int
 	}{
-		{"sandboxes", q.MaxSandboxes, u.Sandboxes, 1},
-		{"vcpus", q.MaxVCPUs, u.VCPUs, sb.VCPUs},
-		{"memory_mib", q.MaxMemoryMiB, u.MemoryMiB, sb.MemoryMiB},
+		{"sandboxes", q.MaxSandboxes, u.Sandboxes, extra.Sandboxes},
+		{"vcpus", q.MaxVCPUs, u.VCPUs, extra.VCPUs},
+		{"memory_mib", q.MaxMemoryMiB, u.MemoryMiB, extra.MemoryMiB},
 	} {
-		if l.limit > 0 && l.used+l.ask > l.limit {
+		if l.ask > 0 && l.limit > 0 && l.used+l.ask > l.limit {
 			return errdefs.New(errdefs.ErrResourceExhausted, "quota exceeded: %s (limit %d, in use %d, requested %d)",
 				l.resource, l.limit, l.used, l.ask).WithDetails(map[string]any{
 				"resource": l.resource, "limit": l.limit, "used": l.used, "requested": l.ask,

@@ -293,9 +293,15 @@ func testQuota(t *testing.T, s store.Store) {
 	}
 	err = s.CreateSandbox(ctx, &store.Sandbox{TenantID: a.ID, State: store.SandboxCreating, VCPUs: 1, MemoryMiB: 1024})
 	wantClass(t, err, errdefs.ErrResourceExhausted)
+	// CheckQuota: growth of what is held (3 vCPUs, 512 MiB of 4, 1024).
+	must(t, s.CheckQuota(ctx, a.ID, store.Usage{VCPUs: 1, MemoryMiB: 512}))
+	wantClass(t, s.CheckQuota(ctx, a.ID, store.Usage{VCPUs: 2}), errdefs.ErrResourceExhausted)
+	wantClass(t, s.CheckQuota(ctx, a.ID, store.Usage{MemoryMiB: 513}), errdefs.ErrResourceExhausted)
 	mkSandbox(t, s, a.ID, func(sb *store.Sandbox) { sb.VCPUs, sb.MemoryMiB = 1, 256 })
 	err = s.CreateSandbox(ctx, &store.Sandbox{TenantID: a.ID, State: store.SandboxCreating})
 	wantClass(t, err, errdefs.ErrResourceExhausted)
+	// At the sandbox limit, growth of the others still fits.
+	must(t, s.CheckQuota(ctx, a.ID, store.Usage{MemoryMiB: 256}))
 
 	// Deleted sandboxes stop counting.
 	_, err = s.TransitionSandbox(ctx, a.ID, one.ID, nil, store.SandboxDeleted, nil)
