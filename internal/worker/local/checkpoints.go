@@ -64,7 +64,7 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	defer done()
 	st := sb.state()
 	if st != worker.VMRunning && st != worker.VMPaused {
-		return worker.CheckpointStatus{}, wrongState(sb, st, "only a running or paused sandbox can be checkpointed")
+		return worker.CheckpointStatus{}, wrongState(st, "only a running or paused sandbox can be checkpointed")
 	}
 	dir := w.checkpointDir(checkpointID)
 	if _, err := os.Stat(dir); err == nil {
@@ -164,7 +164,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	switch st := sb.state(); st {
 	case worker.VMRunning, worker.VMPaused, worker.VMSuspended:
 	default:
-		return worker.SandboxStatus{}, wrongState(sb, st, "only a running, paused or suspended sandbox can be restored")
+		return worker.SandboxStatus{}, wrongState(st, "only a running, paused or suspended sandbox can be restored")
 	}
 	w.ckMu.RLock()
 	defer w.ckMu.RUnlock()

@@ -34,7 +34,7 @@ func (w *Worker) lifecycle(id string) (*sandbox, func(), error) {
 	return sb, sb.op.Unlock, nil
 }
 
-func wrongState(sb *sandbox, state, want string) error {
+func wrongState(state, want string) error {
 	return errdefs.New(errdefs.ErrFailedPrecondition, "sandbox is %s; %s", state, want).
 		WithDetails(map[string]any{"state": state})
 }
@@ -51,7 +51,7 @@ func (w *Worker) PauseSandbox(ctx context.Context, id string) (worker.SandboxSta
 		return sb.status(), nil
 	case worker.VMRunning:
 	default:
-		return worker.SandboxStatus{}, wrongState(sb, st, "only a running sandbox can be paused")
+		return worker.SandboxStatus{}, wrongState(st, "only a running sandbox can be paused")
 	}
 	p, ok := sb.vm.(vmm.Pauser)
 	if !ok {
@@ -79,7 +79,7 @@ func (w *Worker) ResumeSandbox(ctx context.Context, id string) (worker.SandboxSt
 	case worker.VMPaused:
 		return sb.status(), w.resume(ctx, sb)
 	default:
-		return worker.SandboxStatus{}, wrongState(sb, st, "only a paused sandbox can be resumed")
+		return worker.SandboxStatus{}, wrongState(st, "only a paused sandbox can be resumed")
 	}
 }
 
@@ -110,7 +110,7 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 		return sb.status(), nil
 	case worker.VMSuspended:
 	default:
-		return worker.SandboxStatus{}, wrongState(sb, st, "only a paused or suspended sandbox can be woken")
+		return worker.SandboxStatus{}, wrongState(st, "only a paused or suspended sandbox can be woken")
 	}
 	started := time.Now()
 	snap := sb.path(suspendDir)
@@ -169,7 +169,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 		return sb.status(), nil
 	case worker.VMRunning, worker.VMPaused:
 	default:
-		return worker.SandboxStatus{}, wrongState(sb, st, "only a running or paused sandbox can be suspended")
+		return worker.SandboxStatus{}, wrongState(st, "only a running or paused sandbox can be suspended")
 	}
 	started := time.Now()
 	wasPaused := st == worker.VMPaused
