@@ -133,7 +133,7 @@ func (c *Client) ReadFile(ctx context.Context, path string) (io.ReadCloser, agen
 	if err != nil {
 		return nil, info, err
 	}
-	if err := cl.response(agentproto.OpReadFile, &info); err != nil {
+	if err := cl.responseWithin(agentproto.OpReadFile, &info, c.bound(agentproto.OpReadFile)); err != nil {
 		cl.Close()
 		return nil, info, err
 	}
@@ -147,7 +147,7 @@ func (c *Client) TarOut(ctx context.Context, path string) (io.ReadCloser, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.response(agentproto.OpTarOut, nil); err != nil {
+	if err := cl.responseWithin(agentproto.OpTarOut, nil, c.bound(agentproto.OpTarOut)); err != nil {
 		cl.Close()
 		return nil, err
 	}

@@ -31,10 +31,11 @@ type Client struct {
 	dial DialFunc
 	log  *slog.Logger
 
-	mu     sync.Mutex // serialises connecting
-	sess   *yamux.Session
-	conn   net.Conn
-	closed bool
+	mu       sync.Mutex // serialises connecting
+	sess     *yamux.Session
+	conn     net.Conn
+	closed   bool
+	timeouts Timeouts
 }
 
 // New returns a Client that dials with dial. It does not connect until the
@@ -43,7 +44,7 @@ func New(dial DialFunc, log *slog.Logger) *Client {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{dial: dial, log: log}
+	return &Client{dial: dial, log: log, timeouts: DefaultTimeouts()}
 }
 
 var errClosed = errdefs.New(errdefs.ErrUnavailable, "agent client closed")
@@ -87,6 +88,8 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 		return c.sess, nil
 	}
 	c.dropLocked()
+	ctx, cancel := bounded(ctx, c.timeouts.Connect)
+	defer cancel()
 	conn, err := c.dial(ctx)
 	if err != nil {
 		return nil, linkError("dial agent", ctx, err)
@@ -177,6 +180,29 @@ func (cl *call) response(op agentproto.Op, out any) error {
 	if err := agentproto.ReadFrame(cl.st, &resp); err != nil {
 		return linkError(string(op), cl.ctx, err)
 	}
+	return cl.decode(op, resp, out)
+}
+
+// responseWithin is response for streaming calls, whose caller's context
+// bounds the whole transfer: the agent's first answer must come within d.
+func (cl *call) responseWithin(op agentproto.Op, out any, d time.Duration) error {
+	_ = cl.st.SetReadDeadline(time.Now().Add(d))
+	var resp agentproto.Response
+	err := agentproto.ReadFrame(cl.st, &resp)
+	if err != nil {
+		if cl.ctx.Err() == nil && errors.Is(err, yamux.ErrTimeout) {
+			return errdefs.New(errdefs.ErrDeadlineExceeded, "the sandbox's agent did not answer %s within %s", op, d)
+		}
+		return linkError(string(op), cl.ctx, err)
+	}
+	_ = cl.st.SetReadDeadline(time.Time{})
+	if cl.ctx.Err() != nil {
+		_ = cl.st.SetDeadline(time.Now()) // cancelled meanwhile: keep it cut
+	}
+	return cl.decode(op, resp, out)
+}
+
+func (cl *call) decode(op agentproto.Op, resp agentproto.Response, out any) error {
 	if resp.Error != nil {
 		return resp.Error.Err()
 	}
@@ -203,8 +229,10 @@ var idempotent = map[agentproto.Op]bool{
 	agentproto.OpFreeze: true, agentproto.OpThaw: true,
 }
 
-// do runs a simple request/response call.
+// do runs a simple request/response call, bounded by callTimeout.
 func (c *Client) do(ctx context.Context, op agentproto.Op, args, out any) error {
+	ctx, cancel := bounded(ctx, c.bound(op))
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		cl, err := c.open(ctx, op, args)
 		if err != nil {
