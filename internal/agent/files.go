@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"os"
 	"path"
@@ -107,7 +109,11 @@ func (f *files) open(p string) (*os.File, agentproto.FileInfo, error) {
 	return os.NewFile(uintptr(fd), baseName(rel)), fileInfo(baseName(rel), &st), nil
 }
 
-// write creates or truncates p (parents 0755) and copies r into it.
+// write replaces p (parents 0755) with what r holds. The bytes go to a new,
+// unguessable name in the same directory, which is renamed over p only once
+// r ended cleanly; any failure (a short or failed write, a full disk, a
+// link that died) removes it, so a failed upload never leaves part of a
+// file behind nor truncates the file it was meant to replace.
 func (f *files) write(p string, mode uint32, r io.Reader) (agentproto.FileInfo, error) {
 	rel, err := guestPath(p)
 	if err != nil {
@@ -125,25 +131,96 @@ func (f *files) write(p string, mode uint32, r io.Reader) (agentproto.FileInfo, 
 		return agentproto.FileInfo{}, err
 	}
 	defer unix.Close(root)
-	dir, _ := split(rel)
+	dir, base := split(rel)
 	if err := mkdirAll(root, dir); err != nil {
 		return agentproto.FileInfo{}, fsError("write", p, err)
 	}
-	fd, err := openIn(root, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOCTTY, mode)
+	pfd, err := openIn(root, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return agentproto.FileInfo{}, fsError("write", p, err)
 	}
-	file := os.NewFile(uintptr(fd), baseName(rel))
-	defer file.Close()
-	_ = unix.Fchmod(fd, mode)
-	if _, err := io.Copy(file, r); err != nil {
-		return agentproto.FileInfo{}, fsError("write", p, err)
+	defer unix.Close(pfd)
+	// A directory in the way fails now rather than after the whole upload;
+	// a file being replaced keeps its owner.
+	var fix func(fd int)
+	var cur unix.Stat_t
+	if err := unix.Fstatat(pfd, base, &cur, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		switch cur.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			return agentproto.FileInfo{}, fsError("write", p, unix.EISDIR)
+		case unix.S_IFREG:
+			fix = func(fd int) { _ = unix.Fchown(fd, int(cur.Uid), int(cur.Gid)) }
+		}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	st, err := writeAtomic(pfd, base, mode, r, fix)
+	if err != nil {
 		return agentproto.FileInfo{}, fsError("write", p, err)
 	}
 	return fileInfo(baseName(rel), &st), nil
+}
+
+// writeAtomic copies r into a fresh temporary file in dirfd and renames it
+// to name, or removes it on any failure. The rename replaces name itself
+// (a symlink there is replaced, not written through). fix, when set, may
+// change the complete file (owner, times) before the rename.
+func writeAtomic(dirfd int, name string, mode uint32, r io.Reader, fix func(fd int)) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	tmp, fd, err := createTemp(dirfd, name, mode)
+	if err != nil {
+		return st, err
+	}
+	file := os.NewFile(uintptr(fd), tmp)
+	committed := false
+	defer func() {
+		if !committed {
+			_ = file.Close()
+			_ = unix.Unlinkat(dirfd, tmp, 0)
+		}
+	}()
+	if _, err := io.Copy(file, r); err != nil {
+		return st, err
+	}
+	if fix != nil {
+		fix(fd)
+	}
+	// After fix, as a chown clears setuid bits; and the umask must not
+	// narrow what was asked for.
+	_ = unix.Fchmod(fd, mode)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return st, err
+	}
+	committed = true
+	if err := file.Close(); err != nil { // the last chance to see a delayed ENOSPC
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return st, err
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return st, err
+	}
+	return st, nil
+}
+
+// createTemp creates a file no one else can have named: a random suffix and
+// O_EXCL, so a guest process cannot plant a link or a file there first.
+func createTemp(dirfd int, name string, mode uint32) (string, int, error) {
+	prefix := "." + name
+	if len(prefix) > 200 {
+		prefix = prefix[:200]
+	}
+	for range 10 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", -1, err
+		}
+		tmp := prefix + ".space-" + hex.EncodeToString(b[:])
+		fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, mode)
+		if err == unix.EEXIST {
+			continue
+		}
+		return tmp, fd, err
+	}
+	return "", -1, unix.EEXIST
 }
 
 // list returns a directory's entries sorted by name.

@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 
+	"github.com/hashicorp/yamux"
+
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -30,7 +32,7 @@ func (a *Agent) dispatchFile(st net.Conn, req *agentproto.Request) error {
 		if err := decode(req, &r); err != nil {
 			return err
 		}
-		info, err := a.files.write(r.Path, r.Mode, st)
+		info, err := a.files.write(r.Path, r.Mode, uploadReader(st))
 		if err != nil {
 			return err
 		}
@@ -83,10 +85,31 @@ func (a *Agent) dispatchFile(st net.Conn, req *agentproto.Request) error {
 		if err := decode(req, &r); err != nil {
 			return err
 		}
-		if err := a.files.tarIn(r.Path, st); err != nil {
+		if err := a.files.tarIn(r.Path, uploadReader(st)); err != nil {
 			return err
 		}
 		return reply(st, nil, nil)
 	}
 	return errdefs.New(errdefs.ErrInvalidArgument, "unknown operation %q", req.Op)
+}
+
+// uploadReader reads the raw bytes of an upload from st. yamux ends a
+// stream with EOF also when its whole link died, which would make a cut-off
+// upload look complete; a link that is gone at EOF is a failed upload.
+func uploadReader(st net.Conn) io.Reader {
+	ys, ok := st.(*yamux.Stream)
+	if !ok {
+		return st
+	}
+	return &linkEOFReader{st: ys}
+}
+
+type linkEOFReader struct{ st *yamux.Stream }
+
+func (r *linkEOFReader) Read(p []byte) (int, error) {
+	n, err := r.st.Read(p)
+	if err == io.EOF && r.st.Session().IsClosed() {
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
 }

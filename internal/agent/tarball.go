@@ -215,28 +215,23 @@ func untarEntry(root int, name string, h *tar.Header, r io.Reader) error {
 		return err
 	}
 	defer unix.Close(pfd)
+	if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA {
+		// Written under a temporary name and renamed over what is there
+		// (never written through it) once complete: an archive cut off or a
+		// disk full in the middle of a member leaves the members before it,
+		// each whole, and nothing of the one that failed.
+		_, err := writeAtomic(pfd, base, mode, r, func(fd int) {
+			_ = unix.Fchown(fd, h.Uid, h.Gid)
+			t := unix.NsecToTimeval(h.ModTime.UnixNano())
+			_ = unix.Futimes(fd, []unix.Timeval{t, t})
+		})
+		return err
+	}
 	// Replace what is there, but never write through it.
 	if err := unix.Unlinkat(pfd, base, 0); err != nil && err != unix.ENOENT && err != unix.EISDIR {
 		return err
 	}
 	switch h.Typeflag {
-	case tar.TypeReg, tar.TypeRegA:
-		fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, mode)
-		if err != nil {
-			return err
-		}
-		file := os.NewFile(uintptr(fd), base)
-		_, err = io.Copy(file, r)
-		_ = unix.Fchmod(fd, mode)
-		_ = unix.Fchown(fd, h.Uid, h.Gid)
-		if err == nil {
-			t := unix.NsecToTimeval(h.ModTime.UnixNano())
-			_ = unix.Futimes(fd, []unix.Timeval{t, t})
-		}
-		if cerr := file.Close(); err == nil {
-			err = cerr
-		}
-		return err
 	case tar.TypeSymlink:
 		if err := unix.Symlinkat(h.Linkname, pfd, base); err != nil {
 			return err
