@@ -32,6 +32,10 @@ type Config struct {
 	// TemplateSourceRoots are the host directories template builds may
 	// read path sources from, besides <DataDir>/imports.
 	TemplateSourceRoots []string
+	// TemplateRegistryAllow names registries ("host" or "host:port") that
+	// template image pulls may reach although their addresses are loopback,
+	// private or this host's; by default pulls reach only public addresses.
+	TemplateRegistryAllow []string
 
 	// EgressCAFiles are PEM CA certificates the egress proxy trusts, besides
 	// the system store, for upstreams of intercepted HTTPS.
@@ -63,6 +67,8 @@ func ParseFlags(args []string) (Config, error) {
 	fs.Var(&egressCAs, "egress-ca-file", "PEM CA certificates the egress proxy trusts for upstreams, besides the system store (repeatable)")
 	var sourceRoots multiFlag
 	fs.Var(&sourceRoots, "template-source-root", "host directory template builds may read oci/rootfs paths from, besides <data-dir>/imports (repeatable)")
+	var registryAllow multiFlag
+	fs.Var(&registryAllow, "template-registry-allow", "registries (host[:port],…) template image pulls may reach on loopback, private or this host's addresses (repeatable)")
 	fs.StringVar(&cfg.Accel, "accel", "auto", "VM acceleration: auto (KVM if a probe VM boots, else TCG), kvm or tcg")
 	fs.StringVar(&cfg.KernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (filled by `make setup`)")
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into guests")
@@ -97,6 +103,13 @@ func ParseFlags(args []string) (Config, error) {
 			return Config{}, err
 		}
 		cfg.TemplateSourceRoots = append(cfg.TemplateSourceRoots, abs)
+	}
+	for _, v := range registryAllow {
+		for _, r := range strings.Split(v, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				cfg.TemplateRegistryAllow = append(cfg.TemplateRegistryAllow, r)
+			}
+		}
 	}
 	switch cfg.Accel {
 	case "auto", "kvm", "tcg":

@@ -200,7 +200,7 @@ func templateBuilders(cfg Config, templatesDir string, log *slog.Logger) (api.Te
 		return api.TemplateDeps{}, fmt.Errorf("template imports dir: %w", err)
 	}
 	bc := template.BuilderConfig{TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary,
-		SourceRoots: append([]string{imports}, cfg.TemplateSourceRoots...), Logger: log}
+		SourceRoots: append([]string{imports}, cfg.TemplateSourceRoots...), RegistryAllow: cfg.TemplateRegistryAllow, Logger: log}
 	tenants, err := template.NewBuilder(bc)
 	if err != nil {
 		return api.TemplateDeps{}, err

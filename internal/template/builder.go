@@ -45,6 +45,11 @@ type BuilderConfig struct {
 	// SourceRoots, when set, are the only host directories path sources may
 	// come from; other paths fail with permission_denied.
 	SourceRoots []string
+	// RegistryAllow names registries ("host" or "host:port") that image
+	// pulls may reach although their addresses are not public (loopback,
+	// private, link-local, this host's); every other registry connection
+	// must go to a public address (registry.go).
+	RegistryAllow []string
 	// AllowScripts permits a debian source's setup script. The script runs
 	// as root in a chroot on the build host, which is no isolation from a
 	// hostile author: allow it only for trusted recipes (operators, admins).
@@ -59,8 +64,9 @@ type BuilderConfig struct {
 // Builder builds templates from sources. It is safe for concurrent use;
 // builds of any names may run at once.
 type Builder struct {
-	cfg BuilderConfig
-	log *slog.Logger
+	cfg      BuilderConfig
+	log      *slog.Logger
+	registry *registryPolicy
 }
 
 // NewBuilder checks cfg and returns a Builder. It removes the scratch dirs
@@ -81,6 +87,10 @@ func NewBuilder(cfg BuilderConfig) (*Builder, error) {
 	if cfg.MaxContentBytes == 0 {
 		cfg.MaxContentBytes = 8 << 30
 	}
+	registry, err := newRegistryPolicy(cfg.RegistryAllow)
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -93,7 +103,7 @@ func NewBuilder(cfg BuilderConfig) (*Builder, error) {
 	for _, name := range removed {
 		log.Info("removed what an interrupted template build left", "dir", name)
 	}
-	return &Builder{cfg: cfg, log: log}, nil
+	return &Builder{cfg: cfg, log: log, registry: registry}, nil
 }
 
 // ProgressFunc receives a build's current step and percent (0-100).

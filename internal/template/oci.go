@@ -43,7 +43,7 @@ func (b *Builder) resolveOCI(ctx context.Context, src Source, bs *buildState) (*
 	case src.Image != "" && src.Path != "":
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "an oci source takes either path or image, not both")
 	case src.Image != "":
-		img, err = pullImage(ctx, src.Image)
+		img, err = b.pullImage(ctx, src.Image)
 	case src.Path != "":
 		img, digest, err = b.openOCIPath(ctx, src.Path, bs)
 	default:
@@ -330,17 +330,37 @@ func pickFrom(idx v1.ImageIndex, found *[]string, depth int) (v1.Image, error) {
 	return nil, nil
 }
 
-// pullImage resolves a registry reference to its linux/amd64 image. Layers
-// are fetched (and verified) while they are applied.
-func pullImage(ctx context.Context, ref string) (v1.Image, error) {
+// parseImageRef parses a tenant's image reference.
+func parseImageRef(ref string) (name.Reference, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "image reference %q is invalid", ref).WithCause(err)
 	}
+	return r, nil
+}
+
+// pullImage resolves a registry reference to its linux/amd64 image. Layers
+// are fetched (and verified) while they are applied. Every connection goes
+// through the registry policy (registry.go).
+func (b *Builder) pullImage(ctx context.Context, ref string) (v1.Image, error) {
+	r, err := parseImageRef(ref)
+	if err != nil {
+		return nil, err
+	}
 	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain),
+		remote.WithTransport(b.registry.transport),
 		remote.WithPlatform(v1.Platform{OS: platformOS, Architecture: platformArch}))
 	if err != nil {
-		return nil, ociErr(ref, "the registry refused it", err)
+		return nil, pullErr(ref, err)
+	}
+	// Only a registry serves an image manifest: whatever else answered
+	// (a web server saying 200 to everything) gets the generic failure too.
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, pullErr(ref, err)
+	}
+	if m.SchemaVersion != 2 || m.Config.Digest.Hex == "" {
+		return nil, unreachable(fmt.Sprintf("%q", ref), fmt.Errorf("the answer to the manifest request is no image manifest (schema %d, config %q)", m.SchemaVersion, m.Config.Digest))
 	}
 	return img, nil
 }
@@ -351,18 +371,17 @@ func ociErr(what, problem string, err error) error {
 		return fmt.Errorf("template: %s: %w", what, errdefs.ErrCancelled)
 	}
 	var terr *transport.Error
-	if errors.As(err, &terr) {
+	if errors.As(err, &terr) && !errors.Is(err, errRefused) {
 		switch terr.StatusCode {
 		case http.StatusNotFound:
 			return errdefs.New(errdefs.ErrInvalidArgument, "image %q was not found in its registry", what).WithCause(err)
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return errdefs.New(errdefs.ErrPermissionDenied, "the registry refused access to %q", what).WithCause(err)
 		}
-		return errdefs.New(errdefs.ErrUnavailable, "the registry of %q answered %d", what, terr.StatusCode).WithCause(err)
+		return unreachable(fmt.Sprintf("%q", what), err)
 	}
-	var nerr interface{ Timeout() bool }
-	if errors.As(err, &nerr) {
-		return errdefs.New(errdefs.ErrUnavailable, "the registry of %q cannot be reached", what).WithCause(err)
+	if isNetErr(err) {
+		return unreachable(fmt.Sprintf("%q", what), err)
 	}
 	return errdefs.New(errdefs.ErrInvalidArgument, "%q is not a usable image: %s", what, problem).WithCause(err)
 }
