@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/strictjson"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -24,7 +24,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// decodeJSON reads exactly one JSON object into v, rejecting unknown fields,
+// decodeJSON reads exactly one JSON value into v, rejecting unknown fields,
 // trailing data and oversized bodies. An empty body decodes as {} when
 // allowEmpty is set.
 func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
@@ -41,17 +41,8 @@ func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return invalid(map[string]string{"Content-Type": "must be application/json"})
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := strictjson.Decode(body, v); err != nil {
 		return decodeError(err)
-	}
-	if dec.More() {
-		return invalid(map[string]string{"body": "must hold a single JSON object"})
-	}
-	var rest json.RawMessage
-	if err := dec.Decode(&rest); err != io.EOF {
-		return invalid(map[string]string{"body": "must hold a single JSON object"})
 	}
 	return nil
 }
@@ -66,47 +57,16 @@ func bodyError(err error) error {
 	return errdefs.New(errdefs.ErrInvalidArgument, "could not read the request body").WithCause(err)
 }
 
+// decodeError turns a strictjson error into the API's 400 naming the
+// field; a problem with the document as a whole is the body's.
 func decodeError(err error) error {
-	var mbe *http.MaxBytesError
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &mbe):
-		return bodyError(err)
-	case errors.As(err, &syn):
-		return invalid(map[string]string{"body": fmt.Sprintf("malformed JSON at offset %d", syn.Offset)})
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "body"
-		}
-		return invalid(map[string]string{field: "must be " + jsonKind(typ.Type.Kind().String())})
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return invalid(map[string]string{"body": "truncated JSON"})
+	var se *strictjson.Error
+	if !errors.As(err, &se) {
+		return invalid(map[string]string{"body": "invalid JSON"})
 	}
-	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
-	// This is the decoder's own, stable message, not an error class.
-	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
-		name := strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`)
-		return invalid(map[string]string{name: "unknown field"})
+	field := se.Field
+	if field == "" {
+		field = "body"
 	}
-	return invalid(map[string]string{"body": "invalid JSON"})
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "float32", "float64":
-		return "a number"
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "map", "struct":
-		return "an object"
-	case "slice", "array":
-		return "an array"
-	}
-	return "of another type"
+	return invalid(map[string]string{field: se.Problem})
 }

@@ -169,7 +169,7 @@ func TestCreateWithNetworkPolicy(t *testing.T) {
 		"bad allow":      {`{"egress":{"allow":["not a domain!"]}}`, "network.egress.allow[0]"},
 		"host header":    {`{"inject":[{"domain":"a.example","header":"Host","value":"x"}]}`, "network.inject[0].header"},
 		"bad reference":  {`{"inject":[{"domain":"a.example","header":"X-K","value":"${secret:}"}]}`, "network.inject[0].value"},
-		"unknown field":  {`{"egress":{},"proxy":"x"}`, "network"},
+		"unknown field":  {`{"egress":{},"proxy":"x"}`, "network.proxy"},
 		"not an object":  {`"allow everything"`, "network"},
 		"CIDR in inject": {`{"inject":[{"domain":"10.0.0.0/8","header":"X-K","value":"v"}]}`, "network.inject[0].domain"},
 	} {

@@ -1,14 +1,14 @@
 package egress
 
 import (
-	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"strings"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/strictjson"
 )
 
 // Policy is a sandbox's network object, as in API.md:
@@ -41,22 +41,24 @@ type Inject struct {
 // error) and validates it.
 func ParsePolicy(data []byte) (Policy, error) {
 	var p Policy
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return Policy{}, errdefs.New(errdefs.ErrInvalidArgument, "network: %s", jsonMessage(err)).WithCause(err)
+	if err := strictjson.Decode(data, &p); err != nil {
+		// Field paths as Validate spells them, under "network".
+		field := "network"
+		var se *strictjson.Error
+		if errors.As(err, &se) && se.Field != "" {
+			field += "." + se.Field
+		}
+		problem := "is not a valid network object"
+		if se != nil {
+			problem = se.Problem
+		}
+		return Policy{}, errdefs.New(errdefs.ErrInvalidArgument, "%s: %s", field, problem).
+			WithDetails(map[string]any{field: problem}).WithCause(err)
 	}
 	if err := p.Validate(); err != nil {
 		return Policy{}, err
 	}
 	return p, nil
-}
-
-func jsonMessage(err error) string {
-	// encoding/json messages name Go types; keep only the useful part.
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "json: ")
-	return msg
 }
 
 // Validate reports every invalid field as one ErrInvalidArgument whose
