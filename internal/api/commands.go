@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"sync"
 	"time"
 
@@ -15,34 +14,6 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
-
-const maxCommandTimeout = 7 * 24 * 3600
-
-func validateCommand(req *apiv1.CreateCommandRequest) error {
-	f := map[string]string{}
-	switch {
-	case len(req.Argv) == 0 && req.Shell == "":
-		f["argv"] = "one of argv and shell is required"
-	case len(req.Argv) > 0 && req.Shell != "":
-		f["shell"] = "give argv or shell, not both"
-	case len(req.Argv) > 0 && req.Argv[0] == "":
-		f["argv"] = "argv[0] must not be empty"
-	}
-	if req.Cwd != "" && !path.IsAbs(req.Cwd) {
-		f["cwd"] = "must be an absolute path"
-	}
-	validateEnv(req.Env, f)
-	if req.PTY != nil && (req.PTY.Rows < 1 || req.PTY.Rows > 1000 || req.PTY.Cols < 1 || req.PTY.Cols > 1000) {
-		f["pty"] = "rows and cols must be between 1 and 1000"
-	}
-	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxCommandTimeout {
-		f["timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxCommandTimeout)
-	}
-	if len(f) > 0 {
-		return invalid(f)
-	}
-	return nil
-}
 
 func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessSpec {
 	spec := agentproto.ProcessSpec{ID: id, Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,

@@ -2,16 +2,19 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path"
 	"strconv"
-	"strings"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
+
+// maxPathLen is Linux's PATH_MAX: the guest could not open a longer path.
+const maxPathLen = 4096
 
 // fileTarget validates ?path= (absolute) and ?format= and returns the
 // running sandbox's agent.
@@ -22,10 +25,11 @@ func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
 	switch {
 	case p == "":
 		f["path"] = "required"
+	case !noNUL(f, "path", p):
 	case !path.IsAbs(p):
 		f["path"] = "must be an absolute path"
-	case strings.ContainsRune(p, 0) || len(p) > 4096:
-		f["path"] = "invalid path"
+	case len(p) > maxPathLen:
+		f["path"] = fmt.Sprintf("must be at most %d bytes", maxPathLen)
 	}
 	format := q.Get("format")
 	if format != "" && format != "tar" && format != "raw" {

@@ -127,6 +127,13 @@ func (s *Server) validateBuild(p auth.Principal, req *apiv1.CreateTemplateReques
 	default:
 		f["source.type"] = "must be oci, debian or rootfs"
 	}
+	// Each of these reaches a path or a command line on the build host.
+	noNUL(f, "source.path", src.Path)
+	noNUL(f, "source.image", src.Image)
+	noNUL(f, "source.suite", src.Suite)
+	noNUL(f, "source.variant", src.Variant)
+	noNULs(f, "source.packages", src.Packages)
+	noNUL(f, "source.script", src.Script)
 	if src.Type != template.SourceDebian && (src.Suite != "" || len(src.Packages) > 0 || src.Script != "" || src.Variant != "") {
 		f["source"] = "suite, variant, packages and script belong to debian sources"
 	}
@@ -140,7 +147,11 @@ func (s *Server) validateBuild(p auth.Principal, req *apiv1.CreateTemplateReques
 		if d.DiskMiB != 0 && (d.DiskMiB < 64 || d.DiskMiB > s.cfg.MaxDiskMiB) {
 			f["defaults.disk_mib"] = fmt.Sprintf("must be between 64 and %d", s.cfg.MaxDiskMiB)
 		}
-		if d.Workdir != "" && !path.IsAbs(d.Workdir) {
+		// These reach execve and paths in every sandbox of the template.
+		noNUL(f, "defaults.user", d.User)
+		noNULs(f, "defaults.start_command", d.StartCommand)
+		noNULs(f, "defaults.ready_command", d.ReadyCommand)
+		if noNUL(f, "defaults.workdir", d.Workdir) && d.Workdir != "" && !path.IsAbs(d.Workdir) {
 			f["defaults.workdir"] = "must be an absolute path"
 		}
 		env := map[string]string{}
