@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -98,21 +97,6 @@ func utcPtr(t *time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
-}
-
-// pageRequest reads ?page_size= and ?page_token=.
-func pageRequest(r *http.Request) (store.PageRequest, error) {
-	q := r.URL.Query()
-	var pr store.PageRequest
-	if v := q.Get("page_size"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return pr, invalid(map[string]string{"page_size": "must be a non-negative integer"})
-		}
-		pr.PageSize = min(n, store.MaxPageSize)
-	}
-	pr.PageToken = q.Get("page_token")
-	return pr, nil
 }
 
 // pathID checks that a path value looks like an id of the given prefix; a
