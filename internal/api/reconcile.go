@@ -41,8 +41,12 @@ func (s *Server) Reconcile(ctx context.Context) error {
 				log.Error("reconcile: resubmit delete", "err", err)
 			}
 		case !ok || vm.State == worker.VMStopped:
-			log.Warn("reconcile: VM is gone")
-			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly"), sb.State)
+			log.Warn("reconcile: VM is gone", "lost", vm.Lost)
+			why := "the sandbox's VM stopped unexpectedly"
+			if vm.Lost != "" {
+				why = vm.Lost
+			}
+			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "%s", why), sb.State)
 		default:
 			live[sb.ID] = true
 			if want := storeState(vm.State); want != sb.State {
@@ -54,6 +58,9 @@ func (s *Server) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.reconcileCheckpoints(ctx); err != nil {
+		return err
+	}
 	for id := range onWorker {
 		if !live[id] {
 			s.logger.Warn("reconcile: deleting VM the store does not know as live", "sandbox", id)
@@ -63,6 +70,40 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reconcileCheckpoints fails the checkpoints a restart interrupted: each one
+// still creating belonged to an operation that operation.Recover has just
+// ended as aborted. Whatever files the worker kept of it go, so that the
+// failed checkpoint holds nothing and can be deleted.
+func (s *Server) reconcileCheckpoints(ctx context.Context) error {
+	f := store.CheckpointFilter{TenantID: store.AnyTenant}
+	f.PageSize = store.MaxPageSize
+	for {
+		page, err := s.store.ListCheckpoints(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, ck := range page.Items {
+			if ck.State != store.CheckpointCreating {
+				continue
+			}
+			log := s.logger.With("checkpoint", ck.ID, "sandbox", ck.SandboxID)
+			log.Warn("reconcile: checkpoint was interrupted")
+			if err := s.worker.DeleteCheckpoint(ctx, ck.ID); err != nil {
+				log.Error("reconcile: remove files of interrupted checkpoint", "err", err)
+				continue // stays creating; the next start tries again
+			}
+			if _, err := s.store.UpdateCheckpoint(ctx, ck.ID, []store.CheckpointState{store.CheckpointCreating},
+				func(c *store.Checkpoint) error { c.State = store.CheckpointFailed; return nil }); err != nil {
+				log.Error("reconcile: fail interrupted checkpoint", "err", err)
+			}
+		}
+		if page.NextPageToken == "" {
+			return nil
+		}
+		f.PageToken = page.NextPageToken
+	}
 }
 
 // eachSandbox calls fn for every sandbox the filter selects, page by page.

@@ -316,3 +316,45 @@ func tenantOf(t *testing.T, e *env, id string) string {
 	}
 	return sb.TenantID
 }
+
+// A checkpoint a restart interrupted ends failed, its files gone, and can be
+// deleted (it stayed creating for ever, 409 to every call).
+func TestReconcileInterruptedCheckpoint(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := t.Context()
+	sb := e.running(e.alice, nil)
+	stuck := &store.Checkpoint{ID: store.NewID(store.PrefixCheckpoint), TenantID: tenantOf(t, e, sb.ID), SandboxID: sb.ID,
+		State: store.CheckpointCreating, Template: "base", VCPUs: 1, MemoryMiB: 256, CreatedAt: time.Now()}
+	if err := e.store.CreateCheckpoint(ctx, stuck); err != nil {
+		t.Fatal(err)
+	}
+	// The worker had sealed its files before the crash.
+	if _, err := e.worker.Checkpoint(ctx, sb.ID, stuck.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.alice.DeleteCheckpoint(ctx, stuck.ID); errdefs.ClassOf(err) != errdefs.ErrConflict {
+		t.Fatalf("delete while creating: %v, want conflict", err)
+	}
+	if err := e.srv.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.alice.GetCheckpoint(ctx, stuck.ID)
+	if err != nil || got.State != "failed" {
+		t.Fatalf("after reconcile: %+v, %v; want failed", got, err)
+	}
+	cks, err := e.worker.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cks {
+		if c.ID == stuck.ID {
+			t.Fatal("the worker still holds the interrupted checkpoint's files")
+		}
+	}
+	if err := e.alice.DeleteCheckpoint(ctx, stuck.ID); err != nil {
+		t.Fatalf("delete failed checkpoint: %v", err)
+	}
+	if s, _ := e.alice.GetSandbox(ctx, sb.ID); s.State != "running" {
+		t.Fatalf("sandbox %s after reconcile, want running", s.State)
+	}
+}

@@ -70,6 +70,9 @@ type SandboxStatus struct {
 	// template's ready snapshot, a checkpoint or a suspend), false after a
 	// cold boot.
 	Restored bool
+	// Lost says, for a VMStopped sandbox, what the worker knows of why its VM
+	// is gone, in words a tenant may read ("" when it does not know).
+	Lost string
 	// Spec is what the sandbox was created with (for a branch: the
 	// checkpoint's template and sizes, with the branch's ID, Env, Hostname).
 	Spec SandboxSpec

@@ -41,7 +41,12 @@ func (w *Worker) adoptAll(ctx context.Context) error {
 		}
 		sb := newSandbox(spec, dir, w.log)
 		if err := w.adopt(ctx, sb); err != nil {
-			return err
+			// One sandbox that cannot be recovered must not keep the
+			// others (or the server) from starting: it stays known as
+			// stopped and is failed by the control plane.
+			w.log.Error("sandbox not recovered", "sandbox", spec.ID, "err", err)
+			sb.vm = nil
+			sb.lost = "the sandbox could not be recovered after a server restart"
 		}
 		// The listeners died with the old process; the namespace (and the
 		// VM's tap in it) did not. Re-open and re-attach under the kept policy.
@@ -56,18 +61,18 @@ func (w *Worker) adoptAll(ctx context.Context) error {
 }
 
 func (w *Worker) adopt(ctx context.Context, sb *sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, adoptionTimeout)
+	defer cancel()
 	id := sb.spec.ID
-	interrupted := false
-	if _, err := os.Stat(sb.path(suspendTmp)); err == nil {
-		interrupted = true
-		_ = os.RemoveAll(sb.path(suspendTmp))
-	}
+	// A suspend snapshot being written when the process died is incomplete.
+	_ = os.RemoveAll(sb.path(suspendTmp))
 	sealed := false
 	if _, err := os.Stat(filepath.Join(sb.path(suspendDir), manifestFile)); err == nil {
 		sealed = true
 	} else {
 		_ = os.RemoveAll(sb.path(suspendDir))
 	}
+	step, inStep := sb.readTransient()
 	vm, err := w.cfg.Driver.Recover(ctx, sb.path(vmDir))
 	switch {
 	case err == nil && sealed:
@@ -76,29 +81,54 @@ func (w *Worker) adopt(ctx context.Context, sb *sandbox) error {
 		if err := vm.Stop(ctx); err != nil {
 			return fmt.Errorf("local worker: stop leftover VM of suspended %s: %w", id, err)
 		}
+		sb.clearTransient()
 		w.markSuspended(sb)
 	case err == nil:
 		sb.vm = vm
 		go w.watch(sb, vm)
-		if s, ok := vm.(statuser); ok {
-			if st, err := s.Status(ctx); err == nil && st == "paused" {
-				sb.paused = true
-			}
+		st, err := vmRunState(ctx, vm)
+		if err != nil {
+			w.abandonAdopted(ctx, sb, fmt.Errorf("run state: %w", err))
+			return nil
 		}
-		if interrupted {
-			// A suspend died before sealing: the VM may be paused with its
-			// filesystems frozen. Put it back to running.
-			w.undoSnapshotPause(ctx, sb, true, false)
+		sb.paused = st == worker.VMPaused
+		if inStep {
+			// A suspend or checkpoint died half-way: the VM may be paused
+			// and its filesystems frozen by us, not by its user.
+			if err := w.undoTransient(ctx, sb, step); err != nil {
+				w.abandonAdopted(ctx, sb, fmt.Errorf("undo interrupted %s: %w", step.Op, err))
+				return nil
+			}
+			w.log.Info("undid interrupted step", "sandbox", id, "step", step.Op, "paused", sb.paused)
 		}
 		w.log.Info("adopted sandbox VM", "sandbox", id, "vmm_pid", vm.PID(), "paused", sb.paused)
 	case errors.Is(err, errdefs.ErrNotFound) && sealed:
+		sb.clearTransient()
 		w.markSuspended(sb)
 	case errors.Is(err, errdefs.ErrNotFound):
+		sb.clearTransient()
+		sb.lost = "the sandbox's VM was gone after a server restart"
 		w.log.Warn("sandbox VM is gone", "sandbox", id)
 	default:
 		return fmt.Errorf("local worker: recover %s: %w", id, err)
 	}
 	return nil
+}
+
+// abandonAdopted stops the VM of a sandbox that cannot be brought back to a
+// state its user would recognise; the sandbox stays known as stopped, with
+// the reason, for the control plane to fail and its user to delete.
+func (w *Worker) abandonAdopted(ctx context.Context, sb *sandbox, cause error) {
+	w.log.Error("sandbox not recovered after restart; stopping its VM", "sandbox", sb.spec.ID, "err", cause)
+	vm := sb.vm
+	sb.mu.Lock()
+	sb.vm, sb.paused = nil, false
+	sb.lost = "the sandbox could not be recovered after a server restart"
+	sb.mu.Unlock()
+	if err := vm.Stop(context.WithoutCancel(ctx)); err != nil {
+		w.log.Error("stop unrecoverable VM", "sandbox", sb.spec.ID, "err", err)
+	}
+	sb.clearTransient()
 }
 
 func (w *Worker) markSuspended(sb *sandbox) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/faultinject"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -74,12 +75,19 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 		return worker.CheckpointStatus{}, diskError("checkpoints dir", err)
 	}
 	tmp := dir + ".tmp"
+	if err := sb.markTransient(transient{Op: "checkpoint", WasPaused: st == worker.VMPaused}); err != nil {
+		return worker.CheckpointStatus{}, err
+	}
 	stopped := time.Now()
 	err = w.snapshotPaused(ctx, sb, tmp)
+	faultinject.Point("checkpoint.paused")
 	if st == worker.VMRunning && sb.state() == worker.VMPaused {
 		if rerr := w.resume(context.WithoutCancel(ctx), sb); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
+	}
+	if sb.state() != worker.VMPaused || st == worker.VMPaused {
+		sb.clearTransient()
 	}
 	paused := time.Since(stopped)
 	if err != nil {
@@ -99,6 +107,7 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 		_ = os.RemoveAll(tmp)
 		return worker.CheckpointStatus{}, diskError("seal checkpoint", err)
 	}
+	faultinject.Point("checkpoint.sealed")
 	w.log.Info("checkpoint taken", "sandbox", sandboxID, "checkpoint", checkpointID, "paused", paused.Round(time.Microsecond))
 	return w.checkpointStatus(meta), nil
 }
@@ -175,6 +184,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	}
 	// From here the old state is given up.
 	w.abandonVM(ctx, sb, true)
+	faultinject.Point("restore.abandoned")
 	sb.mu.Lock()
 	sb.suspended = false
 	sb.spec.Template, sb.spec.VCPUs, sb.spec.MemoryMiB, sb.spec.DiskMiB =
@@ -190,6 +200,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	if err := w.restoreInto(ctx, sb, dir, m, false); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("restore checkpoint (the sandbox has no VM now): %w", err)
 	}
+	faultinject.Point("restore.restored")
 	if err := w.configure(ctx, sb.agent, spec); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("configure agent after restore: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/faultinject"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -60,6 +61,7 @@ func (w *Worker) PauseSandbox(ctx context.Context, id string) (worker.SandboxSta
 	if err := p.Pause(ctx); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("pause: %w", err)
 	}
+	faultinject.Point("pause.paused")
 	sb.mu.Lock()
 	sb.paused = true
 	sb.mu.Unlock()
@@ -141,6 +143,7 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 		sb.mu.Unlock()
 		return worker.SandboxStatus{}, err
 	}
+	faultinject.Point("wake.restored")
 	if err := w.configure(ctx, sb.agent, sb.spec); err != nil {
 		w.abandonVM(ctx, sb, true)
 		sb.mu.Lock()
@@ -174,9 +177,13 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	started := time.Now()
 	wasPaused := st == worker.VMPaused
 	vm := sb.vm
+	if err := sb.markTransient(transient{Op: "suspend", Frozen: true, WasPaused: wasPaused}); err != nil {
+		return worker.SandboxStatus{}, err
+	}
 	if wasPaused {
 		// The agent must run to freeze the filesystems.
 		if err := w.resume(ctx, sb); err != nil {
+			sb.clearTransient()
 			return worker.SandboxStatus{}, err
 		}
 	}
@@ -184,11 +191,13 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 		w.undoSnapshotPause(ctx, sb, false, wasPaused)
 		return worker.SandboxStatus{}, fmt.Errorf("freeze guest filesystems: %w", err)
 	}
+	faultinject.Point("suspend.frozen")
 	tmp := sb.path(suspendTmp)
 	if err := w.snapshotPaused(ctx, sb, tmp); err != nil {
 		w.undoSnapshotPause(ctx, sb, true, wasPaused)
 		return worker.SandboxStatus{}, err
 	}
+	faultinject.Point("suspend.saved")
 	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB}
 	err = sealSnapshot(ctx, tmp, m)
 	if err == nil {
@@ -204,6 +213,8 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 		return worker.SandboxStatus{}, diskError("seal suspend snapshot", err)
 	}
 	// Sealed: from here the snapshot is the sandbox. Release the VM.
+	faultinject.Point("suspend.sealed")
+	sb.clearTransient()
 	sb.mu.Lock()
 	sb.vm, sb.paused, sb.suspended = nil, false, true
 	sb.mu.Unlock()
@@ -289,6 +300,7 @@ func (w *Worker) undoSnapshotPause(ctx context.Context, sb *sandbox, thaw, wasPa
 			sb.mu.Unlock()
 		}
 	}
+	sb.clearTransient()
 }
 
 // restoreInto gives sb its own reflink copies of snapshot snap's memory and

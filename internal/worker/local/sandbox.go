@@ -17,6 +17,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/faultinject"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
@@ -55,6 +56,7 @@ type sandbox struct {
 	restored  bool
 	bootedAt  time.Time
 	deleting  bool
+	lost      string           // why a sandbox without a VM is gone (public wording)
 	netns     *network.Sandbox // its network namespace (network.go); nil without networking
 }
 
@@ -109,6 +111,9 @@ func (sb *sandbox) status() worker.SandboxStatus {
 	defer sb.mu.Unlock()
 	st := worker.SandboxStatus{ID: sb.spec.ID, State: sb.stateLocked(), BootedAt: sb.bootedAt,
 		Restored: sb.restored, Spec: sb.spec}
+	if st.State == worker.VMStopped {
+		st.Lost = sb.lost
+	}
 	if sb.vm != nil {
 		st.VMMPID = sb.vm.PID()
 	}
@@ -211,6 +216,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	if err := writeJSON(sb.path(specFile), spec); err != nil {
 		return worker.SandboxStatus{}, err
 	}
+	faultinject.Point("create.recorded")
 	// A pooled VM comes with its network (pool.go); else sb gets one now.
 	var snap string
 	var m manifest
@@ -245,6 +251,11 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	unlockTpl()
 	if err != nil {
 		return worker.SandboxStatus{}, err
+	}
+	if ck != nil {
+		faultinject.Point("branch.restored")
+	} else {
+		faultinject.Point("create.started")
 	}
 	if err := w.configure(ctx, sb.agent, spec); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("configure agent: %w", err)
@@ -398,6 +409,7 @@ func (w *Worker) teardown(ctx context.Context, sb *sandbox) error {
 			errs = append(errs, fmt.Errorf("stop vm: %w", err))
 		}
 	}
+	faultinject.Point("delete.stopped")
 	if err := w.netDown(ctx, sb); err != nil {
 		errs = append(errs, err)
 	}

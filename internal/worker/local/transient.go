@@ -1,0 +1,109 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// transientFile, in a sandbox's directory, records what the worker itself has
+// done to the sandbox's VM in the middle of a suspend or a checkpoint: frozen
+// its filesystems, paused its vCPUs. It is written before the first such step
+// and removed once the step is undone or the suspend is sealed, so a worker
+// that crashed in between knows at adoption what to undo, and the sandbox
+// comes back as its user left it (running, or paused by them).
+const transientFile = "transient.json"
+
+type transient struct {
+	Op        string `json:"op"`         // "suspend" or "checkpoint"
+	Frozen    bool   `json:"frozen"`     // the agent may have frozen the guest filesystems
+	WasPaused bool   `json:"was_paused"` // the user had paused the sandbox before
+}
+
+func (sb *sandbox) markTransient(t transient) error {
+	if err := writeJSON(sb.path(transientFile), t); err != nil {
+		return diskError("record "+t.Op+" in progress", err)
+	}
+	return nil
+}
+
+func (sb *sandbox) clearTransient() { _ = os.Remove(sb.path(transientFile)) }
+
+// readTransient returns the recorded step in progress, if any.
+func (sb *sandbox) readTransient() (transient, bool) {
+	var t transient
+	if err := readJSON(sb.path(transientFile), &t); err != nil {
+		return t, false
+	}
+	return t, true
+}
+
+// adoptionTimeout bounds the recovery of one sandbox at start-up, so that one
+// guest that cannot answer never keeps the server from serving.
+const adoptionTimeout = 30 * time.Second
+
+// vmRunState asks an adopted VM for its run state: worker.VMRunning,
+// worker.VMPaused (paused by anyone, or stopped after a migration to a
+// snapshot file), or an error for a VM that cannot be resumed as it is (its
+// incoming restore never finished). A migration still running is awaited.
+func vmRunState(ctx context.Context, vm vmm.VM) (string, error) {
+	s, ok := vm.(statuser)
+	if !ok {
+		return worker.VMRunning, nil
+	}
+	for {
+		st, err := s.Status(ctx)
+		if err != nil {
+			return "", err
+		}
+		switch st {
+		case "running":
+			return worker.VMRunning, nil
+		case "finish-migrate":
+			// A snapshot the crashed worker started is still being written.
+			select {
+			case <-ctx.Done():
+				return "", fmt.Errorf("snapshot still being written: %w", ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		case "inmigrate", "prelaunch", "restore-vm", "shutdown", "internal-error", "io-error", "guest-panicked":
+			return "", fmt.Errorf("vm is %s", st)
+		default: // paused, postmigrate, suspended, debug, watchdog, colo
+			return worker.VMPaused, nil
+		}
+	}
+}
+
+// undoTransient puts an adopted sandbox's VM back as its user left it, after a
+// suspend or checkpoint a crash interrupted: resumed so the agent can thaw the
+// filesystems, thawed, and paused again if the user had paused it.
+func (w *Worker) undoTransient(ctx context.Context, sb *sandbox, t transient) error {
+	p, ok := sb.vm.(vmm.Pauser)
+	if !ok {
+		return errors.New("this worker's VMM cannot pause or resume")
+	}
+	if sb.paused && (t.Frozen || !t.WasPaused) {
+		if err := p.Resume(ctx); err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		sb.paused = false
+	}
+	if t.Frozen {
+		if err := sb.agent.Thaw(ctx); err != nil {
+			return fmt.Errorf("thaw guest filesystems: %w", err)
+		}
+	}
+	if t.WasPaused && !sb.paused {
+		if err := p.Pause(ctx); err != nil {
+			return fmt.Errorf("pause: %w", err)
+		}
+		sb.paused = true
+	}
+	sb.clearTransient()
+	return nil
+}
