@@ -41,10 +41,12 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		for _, b := range []struct{ out, pkg, cgo string }{
-			{"spaced", "./cmd/spaced", "1"}, {"space", "./cmd/space", "1"}, {"space-agent", "./cmd/space-agent", "0"},
+		for _, b := range []struct{ out, pkg, cgo, tags string }{
+			{"spaced", "./cmd/spaced", "1", ""}, {"space", "./cmd/space", "1", ""}, {"space-agent", "./cmd/space-agent", "0", ""},
+			// spaced that can be told to SIGKILL itself at a named step (faults_test.go).
+			{"spaced-faultinject", "./cmd/spaced", "1", "faultinject"},
 		} {
-			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, b.out), b.pkg)
+			cmd := exec.Command("go", "build", "-trimpath", "-tags="+b.tags, "-o", filepath.Join(dir, b.out), b.pkg)
 			cmd.Dir = root
 			cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -62,6 +64,8 @@ type server struct {
 	t        *testing.T
 	dataDir  string
 	args     []string
+	binary   string   // "spaced" unless set before start
+	env      []string // added to spaced's environment
 	cmd      *exec.Cmd
 	log      *os.File
 	URL      string
@@ -74,11 +78,19 @@ var listenRE = regexp.MustCompile(`msg="spaced serving" listen=(\S+)`)
 // what is left, unmounts the data volume and checks that nothing leaked.
 func startServer(t *testing.T, extraArgs ...string) *server {
 	t.Helper()
+	s := newServer(t, extraArgs...)
+	s.start()
+	return s
+}
+
+// newServer is startServer without the start, for a caller that sets the
+// binary or environment first.
+func newServer(t *testing.T, extraArgs ...string) *server {
+	t.Helper()
 	testenv.RequireVM(t)
 	s := &server{t: t, dataDir: filepath.Join(t.TempDir(), "data"), args: extraArgs}
 	t.Cleanup(func() { testenv.CheckNoLeaks(t, s.dataDir) })
 	t.Cleanup(s.teardown)
-	s.start()
 	return s
 }
 
@@ -92,7 +104,12 @@ func (s *server) start() {
 	}
 	s.log = f
 	args := append([]string{"--listen", "127.0.0.1:0", "--data-dir", s.dataDir, "--accel", "auto"}, s.args...)
-	s.cmd = exec.Command(filepath.Join(binDir, "spaced"), args...)
+	bin := s.binary
+	if bin == "" {
+		bin = "spaced"
+	}
+	s.cmd = exec.Command(filepath.Join(binDir, bin), args...)
+	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = f, f
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {

@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+)
+
+// Bounds of the fault suite: liveness, not performance.
+const (
+	// faultServeBound is how long a restarted server may take to serve.
+	faultServeBound = 90 * time.Second
+	// faultKillBound is how long an armed step may take to be reached.
+	faultKillBound = 2 * time.Minute
+)
+
+// faultCase is one named step of lifecycle work at which spaced is killed.
+type faultCase struct {
+	point string
+	// prepare brings the victim sandbox to the state the step starts from
+	// (it is running when prepare is called) and returns extra ids to check.
+	prepare func(c *client, sbx string) (checkpoint string)
+	// trigger sends the request whose work reaches the step.
+	trigger func(c *client, sbx, checkpoint string)
+}
+
+// TestFaultInjection SIGKILLs spaced at each named step of create, pause,
+// suspend, wake, checkpoint, restore, branch and delete (a spaced built with
+// the faultinject tag kills itself there), restarts it, and checks that the
+// server serves within a bound, every operation is terminal, every sandbox
+// and checkpoint state is true (a running sandbox runs commands, keeps its
+// files and its background process, and can write; a paused or suspended
+// one wakes; a failed one says why), and nothing leaks (the harness checks
+// VMMs, namespaces and mounts at the end).
+func TestFaultInjection(t *testing.T) {
+	srv := newServer(t, "--pool-size", "0")
+	srv.binary = "spaced-faultinject"
+	armFile := filepath.Join(filepath.Dir(srv.dataDir), "fault-point")
+	srv.env = []string{"SPACE_FAULT_FILE=" + armFile}
+	srv.start()
+
+	post := func(c *client, path string, body any) {
+		c.t.Helper()
+		var resp map[string]any
+		if st := c.do("POST", path, body, &resp); st != 202 && st != 201 {
+			c.t.Fatalf("POST %s = %d %v", path, st, resp)
+		}
+	}
+	readyCheckpoint := func(c *client, sbx string) string {
+		var ck apiv1.CheckpointAndOperation
+		c.mustDo("POST", "/v1/sandboxes/"+sbx+"/checkpoints", map[string]any{}, &ck, 202)
+		if op := c.waitOp(ck.Operation.ID); op.State != "succeeded" {
+			c.t.Fatalf("checkpoint ended %s %+v", op.State, op.Error)
+		}
+		return ck.Checkpoint.ID
+	}
+	suspended := func(c *client, sbx string) string {
+		var resp apiv1.OperationResponse
+		c.mustDo("POST", "/v1/sandboxes/"+sbx+"/suspend", nil, &resp, 202)
+		if op := c.waitOp(resp.Operation.ID); op.State != "succeeded" {
+			c.t.Fatalf("suspend ended %s %+v", op.State, op.Error)
+		}
+		return ""
+	}
+	cases := []faultCase{
+		{point: "create.recorded", trigger: func(c *client, _, _ string) { post(c, "/v1/sandboxes", map[string]any{"template": "base"}) }},
+		{point: "create.started", trigger: func(c *client, _, _ string) { post(c, "/v1/sandboxes", map[string]any{"template": "base"}) }},
+		{point: "pause.paused", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/pause", nil) }},
+		{point: "suspend.frozen", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/suspend", nil) }},
+		{point: "suspend.saved", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/suspend", nil) }},
+		{point: "suspend.sealed", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/suspend", nil) }},
+		{point: "wake.restored", prepare: suspended,
+			trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/wake", nil) }},
+		{point: "checkpoint.paused", trigger: func(c *client, sbx, _ string) {
+			post(c, "/v1/sandboxes/"+sbx+"/checkpoints", map[string]any{})
+		}},
+		{point: "checkpoint.sealed", trigger: func(c *client, sbx, _ string) {
+			post(c, "/v1/sandboxes/"+sbx+"/checkpoints", map[string]any{})
+		}},
+		{point: "restore.abandoned", prepare: readyCheckpoint, trigger: func(c *client, sbx, ck string) {
+			post(c, "/v1/sandboxes/"+sbx+"/restore", map[string]any{"checkpoint": ck})
+		}},
+		{point: "restore.restored", prepare: readyCheckpoint, trigger: func(c *client, sbx, ck string) {
+			post(c, "/v1/sandboxes/"+sbx+"/restore", map[string]any{"checkpoint": ck})
+		}},
+		{point: "branch.restored", prepare: readyCheckpoint, trigger: func(c *client, _, ck string) {
+			post(c, "/v1/sandboxes", map[string]any{"from_checkpoint": ck})
+		}},
+		{point: "delete.stopped", trigger: func(c *client, sbx, _ string) {
+			c.mustDo("DELETE", "/v1/sandboxes/"+sbx, nil, nil, 202)
+		}},
+	}
+	for _, fc := range cases {
+		t.Run(fc.point, func(t *testing.T) {
+			parent := srv.t
+			srv.t = t
+			defer func() { srv.t = parent }()
+			runFaultCase(t, srv, armFile, fc)
+		})
+	}
+}
+
+func runFaultCase(t *testing.T, srv *server, armFile string, fc faultCase) {
+	c := srv.client(srv.AdminKey)
+	c.t = t
+	victim := c.createSandbox(nil)
+	// What must survive wherever the sandbox ends running: a file and a
+	// background process.
+	mustExec(t, c, victim.ID, "echo kept > /root/kept && (while :; do date +%s%N > /root/tick; sleep 0.2; done) >/dev/null 2>&1 &")
+	var ck string
+	if fc.prepare != nil {
+		ck = fc.prepare(c, victim.ID)
+	}
+	if err := os.WriteFile(armFile, []byte(fc.point), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pid := srv.cmd.Process.Pid
+	fc.trigger(c, victim.ID, ck)
+	deadline := time.Now().Add(faultKillBound)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			os.Remove(armFile)
+			t.Fatalf("spaced never reached %s", fc.point)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(armFile); err == nil {
+		os.Remove(armFile)
+		t.Fatalf("spaced died before reaching %s", fc.point)
+	}
+	srv.cmd = nil
+	started := time.Now()
+	srv.start()
+	t.Logf("%s: restarted spaced served after %s", fc.point, time.Since(started).Round(time.Millisecond))
+	if time.Since(started) > faultServeBound {
+		t.Errorf("restart after a crash at %s took %s to serve", fc.point, time.Since(started))
+	}
+	c = srv.client(srv.AdminKey)
+	c.t = t
+	checkAllTerminal(t, c)
+	checkSandboxesTrue(t, c, victim.ID)
+	checkCheckpointsTrue(t, c)
+	// Leave nothing for the next case.
+	var list apiv1.SandboxList
+	c.mustDo("GET", "/v1/sandboxes?page_size=1000", nil, &list, 200)
+	for _, sb := range list.Sandboxes {
+		if sb.State == "deleted" {
+			continue
+		}
+		var cks apiv1.CheckpointList
+		c.mustDo("GET", "/v1/sandboxes/"+sb.ID+"/checkpoints", nil, &cks, 200)
+		for _, k := range cks.Checkpoints {
+			c.mustDo("DELETE", "/v1/checkpoints/"+k.ID, nil, nil, 204)
+		}
+		if sb.State != "deleting" {
+			c.deleteSandbox(sb.ID)
+		}
+	}
+	waitNoVMMs(t, srv.dataDir)
+}
+
+// checkAllTerminal waits (bounded) until no operation is pending or running:
+// recovery ends interrupted ones and finishes resubmitted deletes.
+func checkAllTerminal(t *testing.T, c *client) {
+	t.Helper()
+	deadline := time.Now().Add(faultKillBound)
+	for {
+		var ops apiv1.OperationList
+		c.mustDo("GET", "/v1/operations?page_size=1000", nil, &ops, 200)
+		var open []string
+		for _, op := range ops.Operations {
+			if op.State != "succeeded" && op.State != "failed" && op.State != "cancelled" {
+				open = append(open, op.Type+" "+op.ID+" "+op.State)
+			}
+		}
+		if len(open) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("operations never ended after restart: %v", open)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkSandboxesTrue checks every sandbox's state against what it can do.
+func checkSandboxesTrue(t *testing.T, c *client, victim string) {
+	t.Helper()
+	var list apiv1.SandboxList
+	c.mustDo("GET", "/v1/sandboxes?page_size=1000", nil, &list, 200)
+	for _, sb := range list.Sandboxes {
+		switch sb.State {
+		case "running":
+			if sb.ID == victim {
+				checkKept(t, c, sb.ID)
+			} else {
+				mustExec(t, c, sb.ID, "true")
+			}
+		case "paused", "suspended":
+			var resp apiv1.OperationResponse
+			c.mustDo("POST", "/v1/sandboxes/"+sb.ID+"/wake", nil, &resp, 202)
+			if op := c.waitOp(resp.Operation.ID); op.State != "succeeded" {
+				t.Fatalf("%s %s: wake ended %s %+v", sb.State, sb.ID, op.State, op.Error)
+			}
+			if sb.ID == victim {
+				checkKept(t, c, sb.ID)
+			}
+		case "failed":
+			if sb.LastError == nil || sb.LastError.Message == "" {
+				t.Errorf("failed sandbox %s says not why", sb.ID)
+			}
+		case "deleted":
+		default:
+			t.Errorf("sandbox %s left %s after restart", sb.ID, sb.State)
+		}
+	}
+}
+
+// checkKept checks that the victim kept its file and background process,
+// and that its filesystem is writable (not left frozen).
+func checkKept(t *testing.T, c *client, id string) {
+	t.Helper()
+	out := mustExec(t, c, id, "cat /root/kept; a=$(cat /root/tick); sleep 1; b=$(cat /root/tick); [ \"$a\" != \"$b\" ] && echo ticking; echo w > /root/written && echo writable")
+	for _, want := range []string{"kept", "ticking", "writable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sandbox %s after restart: %q lacks %q", id, out, want)
+		}
+	}
+}
+
+// checkCheckpointsTrue checks that no checkpoint is left creating and that
+// failed ones can be deleted.
+func checkCheckpointsTrue(t *testing.T, c *client) {
+	t.Helper()
+	var list apiv1.SandboxList
+	c.mustDo("GET", "/v1/sandboxes?page_size=1000", nil, &list, 200)
+	for _, sb := range list.Sandboxes {
+		var cks apiv1.CheckpointList
+		c.mustDo("GET", "/v1/sandboxes/"+sb.ID+"/checkpoints", nil, &cks, 200)
+		for _, ck := range cks.Checkpoints {
+			switch ck.State {
+			case "ready":
+			case "failed":
+				c.mustDo("DELETE", "/v1/checkpoints/"+ck.ID, nil, nil, 204)
+			default:
+				t.Errorf("checkpoint %s left %s after restart", ck.ID, ck.State)
+			}
+		}
+	}
+}
+
+// mustExec runs a shell command with a bounded timeout and returns stdout.
+func mustExec(t *testing.T, c *client, sbx, shell string) string {
+	t.Helper()
+	var res apiv1.ExecResponse
+	st := c.do("POST", "/v1/sandboxes/"+sbx+"/exec", map[string]any{"shell": shell, "timeout_seconds": 30}, &res)
+	if st != 200 || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("exec %q in %s = %d %s exit %v: %s", shell, sbx, st, res.Reason, res.ExitCode, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// waitNoVMMs waits (bounded) until no VMM of the data dir runs.
+func waitNoVMMs(t *testing.T, dataDir string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(vmmPIDs(dataDir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("VMMs still running after every sandbox was deleted: %v", fmt.Sprint(vmmPIDs(dataDir)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
