@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -72,16 +73,20 @@ type Config struct {
 }
 
 // Manager creates, pools and removes sandbox namespaces.
+//
+// No channel send here can block, and none is made under a lock: only the
+// filler sends to pool, and only when it has room; kick's send to refill
+// gives up when a request is already pending.
 type Manager struct {
 	cfg  Config
 	log  *slog.Logger
-	pool chan string
+	pool chan string // ready namespaces
 
-	mu      sync.Mutex
-	seq     uint64
-	closed  bool
-	refill  chan struct{}
-	stopped chan struct{}
+	seq       atomic.Uint64
+	refill    chan struct{} // capacity 1: the pool wants topping up
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	stopped   chan struct{} // closed when the filler has returned
 }
 
 // Sandbox is one sandbox's namespace.
@@ -141,6 +146,7 @@ func New(ctx context.Context, cfg Config) *Manager {
 		cfg: cfg, log: cfg.Logger,
 		pool:    make(chan string, cfg.PoolSize),
 		refill:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
 	go m.fill(context.WithoutCancel(ctx))
@@ -149,41 +155,34 @@ func New(ctx context.Context, cfg Config) *Manager {
 }
 
 func (m *Manager) kick() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return
-	}
 	select {
 	case m.refill <- struct{}{}:
-	default:
+	default: // a request is pending already
 	}
 }
 
 func (m *Manager) fill(ctx context.Context) {
 	defer close(m.stopped)
-	for range m.refill {
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-m.refill:
+		}
 		for len(m.pool) < cap(m.pool) {
-			m.mu.Lock()
-			if m.closed {
-				m.mu.Unlock()
-				return
-			}
-			m.seq++
-			name := fmt.Sprintf("%s%d-%d-%d", m.poolPrefix(), os.Getpid(), time.Now().UnixNano()%1e6, m.seq)
-			m.mu.Unlock()
+			name := fmt.Sprintf("%s%d-%d-%d", m.poolPrefix(), os.Getpid(), time.Now().UnixNano()%1e6, m.seq.Add(1))
 			if err := m.build(name); err != nil {
 				m.log.WarnContext(ctx, "network: pool namespace", "err", err)
 				break
 			}
-			m.mu.Lock()
-			if m.closed {
-				m.mu.Unlock()
+			select {
+			case <-m.done: // Close drains the pool once this returns
 				_ = deleteNamed(name)
 				return
+			case m.pool <- name: // never full: only this loop sends
+			default:
+				_ = deleteNamed(name)
 			}
-			m.pool <- name
-			m.mu.Unlock()
 		}
 	}
 }
@@ -263,11 +262,9 @@ func (m *Manager) Acquire(ctx context.Context, id string) (*Sandbox, error) {
 		case name := <-m.pool:
 			err := renameNamed(name, sb.Name)
 			if errors.Is(err, errdefs.ErrConflict) {
-				select { // give it back; id is taken
-				case m.pool <- name:
-				default:
-					_ = deleteNamed(name)
-				}
+				// id was taken meanwhile. Not given back: only the
+				// filler sends to the pool, and it refills it.
+				_ = deleteNamed(name)
 				return nil, err
 			}
 			if err != nil {
@@ -328,14 +325,7 @@ func (m *Manager) Release(ctx context.Context, sb *Sandbox) error {
 // Close stops refilling and removes the pooled namespaces. Sandboxes handed
 // out stay; Release them.
 func (m *Manager) Close(ctx context.Context) error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil
-	}
-	m.closed = true
-	close(m.refill)
-	m.mu.Unlock()
+	m.closeOnce.Do(func() { close(m.done) })
 	<-m.stopped
 	var errs []error
 	for {

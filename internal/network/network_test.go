@@ -159,32 +159,59 @@ func TestReapOrphans(t *testing.T) {
 	}
 }
 
+// TestAcquireFromPool awaits the pool by looking at the namespaces it made,
+// never by taking from (and putting back into) the channel the filler
+// sends to: with a capacity of 1, putting back races the refill and blocks.
 func TestAcquireFromPool(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
 	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
 	t.Cleanup(func() { m.Close(context.Background()) })
-	// Await the pool, then the acquisition must take the pooled namespace.
-	var pooled string
-	select {
-	case pooled = <-m.pool:
-		m.pool <- pooled
-	case <-time.After(30 * time.Second):
-		t.Fatal("pool never filled")
-	}
+	var pooled []string
+	awaitCond(t, 30*time.Second, "pool filled", func() bool {
+		pooled, _ = ListNamespaces(m.poolPrefix())
+		return len(pooled) == 1
+	})
 	sb, err := m.Acquire(ctx, "tnet-pool-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Release(context.Background(), sb) })
-	if _, err := os.Stat(NamespacePath(pooled)); !os.IsNotExist(err) {
-		t.Fatalf("pooled name %s still present: %v", pooled, err)
+	if _, err := os.Stat(NamespacePath(pooled[0])); !os.IsNotExist(err) {
+		t.Fatalf("pooled name %s still present: %v", pooled[0], err)
 	}
 	f, err := sb.OpenTap(TapOptions{})
 	if err != nil {
 		t.Fatalf("renamed namespace lost its tap: %v", err)
 	}
 	f.Close()
+	// The filler refills the pool, and Close removes what it made.
+	awaitCond(t, 30*time.Second, "pool refilled", func() bool {
+		again, _ := ListNamespaces(m.poolPrefix())
+		return len(again) == 1 && again[0] != pooled[0]
+	})
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := ListNamespaces(m.poolPrefix()); len(left) != 0 {
+		t.Fatalf("pool namespaces left after Close: %v", left)
+	}
+}
+
+// awaitCond polls cond until it holds, failing the test after timeout.
+func awaitCond(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within %s", what, timeout)
+		case <-tick.C:
+		}
+	}
 }
 
 // TestRenameKeepsOpenTap renames a namespace whose tap a "VMM" (here, the
