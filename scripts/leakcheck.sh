@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Leak check after the test suite: nothing the tests made may outlive them.
 # Tests keep everything under the temp dir ($TMPDIR or /tmp) and name network
-# namespaces space-*; a server started by `make run` (data in /var/lib/space)
+# namespaces space-* (mounted in /run/space/netns); a server started by `make run` (data in /var/lib/space)
 # is not looked at.
 #
 #   leakcheck.sh --baseline FILE   record what exists before the tests
@@ -32,11 +32,14 @@ for f in /sys/block/loop*/loop/backing_file; do
   b=$(cat "$f")
   case $b in "$tmp"/*) leaks+=("loop device $(basename "$(dirname "$(dirname "$f")")"): $b") ;; esac
 done
-if command -v ip >/dev/null; then
-  while read -r ns _; do
-    case $ns in space-*) leaks+=("network namespace: $ns") ;; esac
-  done < <(ip netns list 2>/dev/null)
-fi
+# Sandbox namespaces are files in /run/space/netns; /run/netns (iproute2's)
+# is where earlier versions put them, and where `ip netns list` looks.
+for f in /run/space/netns/space-* /run/netns/space-*; do
+  [ -e "$f" ] && leaks+=("network namespace: $f")
+done
+while read -r _ _ _ _ mnt _; do
+  case $mnt in */netns/space-*) leaks+=("network namespace mount: $mnt") ;; esac
+done </proc/self/mountinfo
 
 if [ -n "$baseline_out" ]; then
   printf '%s\n' "${leaks[@]}" >"$baseline_out"

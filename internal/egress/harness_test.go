@@ -203,7 +203,7 @@ func newNamedNS(t testing.TB, name string) string {
 	orig.Close()
 	runtime.UnlockOSThread()
 	t.Cleanup(func() { netns.DeleteNamed(name) })
-	return network.NamespacePath(name)
+	return filepath.Join("/run/netns", name) // where netns.NewNamed mounts it
 }
 
 func nlAt(t testing.TB, path string) *netlink.Handle {

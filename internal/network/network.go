@@ -256,6 +256,9 @@ func (m *Manager) Acquire(ctx context.Context, id string) (*Sandbox, error) {
 		return nil, fmt.Errorf("sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
 	}
 	sb := &Sandbox{ID: id, Name: m.NameOf(id), cfg: m.cfg}
+	if _, err := os.Lstat(sb.Path()); err == nil {
+		return nil, fmt.Errorf("netns for %s: %w", id, errdefs.ErrConflict)
+	}
 	defer m.kick()
 	for {
 		select {
@@ -274,9 +277,6 @@ func (m *Manager) Acquire(ctx context.Context, id string) (*Sandbox, error) {
 			}
 			return sb, nil
 		default:
-		}
-		if _, err := netns.GetFromPath(sb.Path()); err == nil {
-			return nil, fmt.Errorf("netns for %s: %w", id, errdefs.ErrConflict)
 		}
 		if err := m.build(sb.Name); err != nil {
 			return nil, err
@@ -304,15 +304,22 @@ func (m *Manager) Rename(ctx context.Context, sb *Sandbox, id string) (*Sandbox,
 }
 
 // Adopt returns the existing namespace of sandbox id, e.g. after a worker
-// restart; ErrNotFound when there is none.
+// restart; ErrNotFound when there is none. A namespace an earlier version
+// left in the old location is moved into the current one first.
 func (m *Manager) Adopt(ctx context.Context, id string) (*Sandbox, error) {
 	sb := &Sandbox{ID: id, Name: m.NameOf(id), cfg: m.cfg}
-	h, err := netns.GetFromPath(sb.Path())
-	if err != nil {
-		return nil, fmt.Errorf("netns for %s: %w", id, errdefs.ErrNotFound)
+	if isNamespace(sb.Path()) {
+		return sb, nil
 	}
-	h.Close()
-	return sb, nil
+	err := adoptLegacy(sb.Name)
+	if err == nil {
+		m.log.InfoContext(ctx, "network: moved namespace from the old location", "netns", sb.Name)
+		return sb, nil
+	}
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		m.log.WarnContext(ctx, "network: namespace in the old location", "netns", sb.Name, "err", err)
+	}
+	return nil, fmt.Errorf("netns for %s: %w", id, errdefs.ErrNotFound)
 }
 
 // Release removes the sandbox's namespace. Close every listener and tap fd
@@ -341,8 +348,10 @@ func (m *Manager) Close(ctx context.Context) error {
 // ReapOrphans removes this instance's namespaces (pool entries of earlier
 // processes included) for which keep, given the namespace name, returns
 // false; this manager's own pool is always kept, and other instances'
-// namespaces are never touched. A worker calls it once at start, keeping the
-// namespaces of the sandboxes it adopts. It returns the names removed.
+// namespaces are never touched. What earlier versions left in the old
+// location goes too (hidden ones included), unless kept and not yet moved
+// by Adopt. A worker calls it once at start, after adopting its sandboxes,
+// keeping their namespaces. It returns the names removed.
 func (m *Manager) ReapOrphans(ctx context.Context, keep func(name string) bool) ([]string, error) {
 	names, err := ListNamespaces(m.prefix())
 	if err != nil {
@@ -360,7 +369,10 @@ func (m *Manager) ReapOrphans(ctx context.Context, keep func(name string) bool) 
 		}
 		removed = append(removed, n)
 	}
-	return removed, errors.Join(errs...)
+	old, err := reapLegacy(m.prefix(), func(n string) bool {
+		return !keep(n) || isNamespace(NamespacePath(n))
+	})
+	return append(removed, old...), errors.Join(append(errs, err)...)
 }
 
 // owns reports whether name is a pool namespace of this manager.

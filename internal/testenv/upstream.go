@@ -5,13 +5,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-
-	"github.com/space-sandbox/space/internal/network"
 )
 
 // UpstreamNet makes a network namespace named name that stands in for hosts
@@ -61,7 +60,7 @@ func UpstreamNet(t testing.TB, name, ifPrefix string, hostAddr netip.Addr, addrs
 		must(nl.AddrAdd(up, &netlink.Addr{IPNet: prefix24(a)}))
 	}
 	must(nl.LinkSetUp(up))
-	return network.NamespacePath(name)
+	return filepath.Join("/run/netns", name) // where netns.NewNamed mounts it
 }
 
 func prefix24(a netip.Addr) *net.IPNet {
