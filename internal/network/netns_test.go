@@ -112,10 +112,7 @@ func TestNamespacesSurviveIPNetns(t *testing.T) {
 	ctx := context.Background()
 	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
 	t.Cleanup(func() { m.Close(context.Background()) })
-	awaitCond(t, 30*time.Second, "pool filled", func() bool {
-		p, _ := ListNamespaces(m.poolPrefix())
-		return len(p) == 1
-	})
+	awaitPool(t, m)
 	a, err := m.Acquire(ctx, "tnet-ipns-a") // from the pool
 	if err != nil {
 		t.Fatal(err)

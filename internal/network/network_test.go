@@ -167,18 +167,14 @@ func TestAcquireFromPool(t *testing.T) {
 	ctx := context.Background()
 	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
 	t.Cleanup(func() { m.Close(context.Background()) })
-	var pooled []string
-	awaitCond(t, 30*time.Second, "pool filled", func() bool {
-		pooled, _ = ListNamespaces(m.poolPrefix())
-		return len(pooled) == 1
-	})
+	pooled := awaitPool(t, m)
 	sb, err := m.Acquire(ctx, "tnet-pool-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Release(context.Background(), sb) })
-	if _, err := os.Stat(NamespacePath(pooled[0])); !os.IsNotExist(err) {
-		t.Fatalf("pooled name %s still present: %v", pooled[0], err)
+	if _, err := os.Stat(NamespacePath(pooled)); !os.IsNotExist(err) {
+		t.Fatalf("pooled name %s still present: %v", pooled, err)
 	}
 	f, err := sb.OpenTap(TapOptions{})
 	if err != nil {
@@ -186,16 +182,36 @@ func TestAcquireFromPool(t *testing.T) {
 	}
 	f.Close()
 	// The filler refills the pool, and Close removes what it made.
-	awaitCond(t, 30*time.Second, "pool refilled", func() bool {
-		again, _ := ListNamespaces(m.poolPrefix())
-		return len(again) == 1 && again[0] != pooled[0]
-	})
+	if again := awaitPool(t, m); again == pooled {
+		t.Fatalf("pool refilled with %s again", again)
+	}
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := ListNamespaces(m.poolPrefix()); len(left) != 0 {
 		t.Fatalf("pool namespaces left after Close: %v", left)
 	}
+}
+
+// awaitPool awaits m's pool (of size 1) holding a ready namespace and
+// returns its name. It only looks: len of the channel, then the directory,
+// where the ready one is the only pool namespace (the filler stops at a
+// full pool).
+func awaitPool(t testing.TB, m *Manager) string {
+	t.Helper()
+	var name string
+	awaitCond(t, 30*time.Second, "pool filled", func() bool {
+		if len(m.pool) != 1 {
+			return false
+		}
+		names, _ := ListNamespaces(m.poolPrefix())
+		if len(names) != 1 {
+			return false
+		}
+		name = names[0]
+		return true
+	})
+	return name
 }
 
 // awaitCond polls cond until it holds, failing the test after timeout.
