@@ -17,7 +17,10 @@ import (
 
 type ctxKey int
 
-const requestIDKey ctxKey = 0
+const (
+	requestIDKey ctxKey = iota
+	edgeConnKey         // the *edgeConn a request arrived on (httpedge.go)
+)
 
 // requestID returns the request's id (set by the base middleware).
 func requestID(ctx context.Context) string {
@@ -36,23 +39,59 @@ func (s *Server) log(r *http.Request) *slog.Logger {
 }
 
 // statusWriter records what a handler answered, for logs and metrics. It
-// passes Flush through and unwraps for http.ResponseController.
+// passes Flush through and unwraps for http.ResponseController. It also
+// turns the mux's own plain-text errors (no route, wrong method) into the
+// contract's JSON, and closes the connection after an error answered before
+// the request body was read, so the answer does not wait for that body.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
+	s       *Server
+	req     *http.Request // its Pattern is set by the mux once a route matches
+	body    *boundedBody  // nil for a bodyless request
+	status  int
+	bytes   int64
+	closing bool // answered with the body unread: the connection closes
+	swallow bool // the handler's body, replaced by a JSON error
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
+	if w.status != 0 {
+		w.ResponseWriter.WriteHeader(code) // net/http logs the superfluous call
+		return
 	}
-	w.ResponseWriter.WriteHeader(code)
+	w.status = code
+	if code >= 400 && w.body != nil && !w.body.eof.Load() {
+		// Set before the header goes out: net/http would otherwise read
+		// the rest of the body first, for as long as the client takes.
+		w.Header().Set("Connection", "close")
+		w.closing = true
+	}
+	switch {
+	case code >= 400 && w.body != nil && w.body.timedOut.Load():
+		// Whatever the handler made of the failed read (often the
+		// cancelled context), the cause is the body that did not come.
+		w.status, w.swallow = http.StatusRequestTimeout, true
+		w.s.writeError(withStatus{w.ResponseWriter, w.status}, w.req,
+			errdefs.New(errdefs.ErrDeadlineExceeded, "the request body did not arrive in time"))
+	case muxError(code) && w.req.Pattern == "": // the mux answers itself: no route matched
+		w.swallow = true
+		w.s.writeRouteError(w.ResponseWriter, w.req, code)
+	default:
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+// muxError says whether code is one that http.ServeMux answers itself.
+func muxError(code int) bool {
+	return code == http.StatusNotFound || code == http.StatusMethodNotAllowed || code == http.StatusBadRequest
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.swallow {
+		return len(b), nil
+	}
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
@@ -91,6 +130,9 @@ func newRequestID() string {
 // latency histogram (labelled with the matched route pattern).
 func (s *Server) base(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ec, ok := r.Context().Value(edgeConnKey).(*edgeConn); ok {
+			ec.serving()
+		}
 		start := time.Now()
 		id := r.Header.Get("X-Request-Id")
 		if !validRequestID(id) {
@@ -98,7 +140,7 @@ func (s *Server) base(next http.Handler) http.Handler {
 		}
 		w.Header().Set("X-Request-Id", id)
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, s: s, req: r, body: s.boundBody(w, r)}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -124,6 +166,11 @@ func (s *Server) base(next http.Handler) http.Handler {
 				"tenant", principal(r.Context()).TenantID)
 		}()
 		next.ServeHTTP(sw, r)
+		if sw.closing && !sw.body.eof.Load() {
+			// net/http drains the unread body before it closes; fail that
+			// read at once instead of waiting for a body nobody will use.
+			_ = sw.body.rc.SetReadDeadline(time.Now())
+		}
 	})
 }
 

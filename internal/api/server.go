@@ -54,6 +54,17 @@ type Config struct {
 	MaxDiskMiB   int // default 262144
 	// WorkerID names the (single) worker in sandbox records and admin listings.
 	WorkerID string // default "local"
+
+	// Read bounds of HTTPServer (see httpedge.go). A JSON body must arrive
+	// whole within BodyTimeout; an upload (a route with a body limit of its
+	// own) may take as long as it keeps arriving, each read within
+	// UploadIdleTimeout. Once a body is in, or for bodyless requests (event
+	// streams, long polls), there is no read deadline.
+	ReadHeaderTimeout time.Duration // default 10s
+	BodyTimeout       time.Duration // default 30s
+	UploadIdleTimeout time.Duration // default 60s
+	IdleTimeout       time.Duration // keep-alive; default 2m
+	MaxHeaderBytes    int           // default 64 KiB
 }
 
 func (c *Config) setDefaults() {
@@ -83,6 +94,16 @@ func (c *Config) setDefaults() {
 	if c.WorkerID == "" {
 		c.WorkerID = "local"
 	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur(&c.ReadHeaderTimeout, 10*time.Second)
+	defDur(&c.BodyTimeout, 30*time.Second)
+	defDur(&c.UploadIdleTimeout, time.Minute)
+	defDur(&c.IdleTimeout, 2*time.Minute)
+	def(&c.MaxHeaderBytes, 64<<10)
 }
 
 // Deps are the parts the API drives.
@@ -197,7 +218,11 @@ func (s *Server) wrapRoute(rt route) http.Handler {
 		limit = s.cfg.MaxJSONBytes
 	}
 	h = s.limitBody(limit, h)
-	return s.authenticate(rt.auth, h)
+	h = s.authenticate(rt.auth, h)
+	if rt.limit > 0 { // uploads: read for as long as they progress
+		h = s.uploadBody(h)
+	}
+	return h
 }
 
 func (s *Server) routeTable() []route {
