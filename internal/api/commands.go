@@ -101,6 +101,7 @@ func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.
 	if err != nil {
 		return nil, nil, err
 	}
+	ag = bounded(ag) // command_deadline.go
 	if c.State != store.CommandCreated {
 		return c, ag, nil
 	}
@@ -159,7 +160,7 @@ func (s *Server) refresh(ctx context.Context, sb *store.Sandbox, c *store.Comman
 	}
 	info, err := ag.Get(ctx, c.ProcessID)
 	if err != nil || info.Exit == nil {
-		return c
+		return s.endIfOverdue(ctx, sb, c)
 	}
 	s.recordExit(ctx, c.ID, info.Exit, info.LastSeq)
 	if fresh, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID); err == nil {
@@ -174,7 +175,9 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, apiv1.CommandResponse{Command: toCommand(s.refresh(r.Context(), sb, c))})
+	rctx, cancel := context.WithTimeout(r.Context(), refreshBudget) // a wedged guest must not hang a read
+	defer cancel()
+	writeJSON(w, http.StatusOK, apiv1.CommandResponse{Command: toCommand(s.refresh(rctx, sb, c))})
 }
 
 func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {
@@ -194,8 +197,10 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := apiv1.CommandList{Commands: []apiv1.Command{}, NextPageToken: page.NextPageToken}
+	rctx, cancel := context.WithTimeout(r.Context(), refreshBudget) // one budget for all the refreshes
+	defer cancel()
 	for _, c := range page.Items {
-		out.Commands = append(out.Commands, toCommand(s.refresh(r.Context(), sb, c)))
+		out.Commands = append(out.Commands, toCommand(s.refresh(rctx, sb, c)))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -219,7 +224,7 @@ func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, gu
 			WithDetails(map[string]any{"state": string(c.State)})
 	}
 	ag, err := s.agent(r.Context(), sb.ID)
-	return c, ag, err
+	return c, bounded(ag), err
 }
 
 func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) {

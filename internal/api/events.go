@@ -167,8 +167,14 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 	// and it closes the stream itself, so Next and Close never race.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := ag.Events(sctx, c.ProcessID, after)
+	stream, err := openEvents(sctx, cancel, ag, c, after)
 	if err != nil {
+		if ctx.Err() == nil && overdue(c) {
+			if ex, ended := s.settleOverdue(ctx, sb, c, after); ended {
+				newEventWriter(w, r).event(exitEvent(ex, after))
+				return
+			}
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -191,10 +197,19 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 	idle := time.NewTimer(s.cfg.Heartbeat)
 	defer idle.Stop()
 	stop := s.life.stopped(sb.ID)
+	deadline, stopDeadline := deadlineTimer(c) // see command_deadline.go
+	defer stopDeadline()
+	lastSeq := after
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-deadline:
+			if ex, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
+				ew.event(exitEvent(ex, lastSeq))
+				return
+			}
+			deadline = time.After(deadlineGrace) // the exit is on its way
 		case <-stop:
 			s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable,
 				"the sandbox stopped running (pause, suspend or restore); reattach with after= once it runs"))
@@ -221,6 +236,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 			if ew.event(toEvent(n.ev)) != nil {
 				return
 			}
+			lastSeq = max(lastSeq, n.ev.Seq)
 			if n.ev.Type == agentproto.EventExit {
 				return
 			}

@@ -62,11 +62,29 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	c, ag, err := s.ensureStarted(ctx, sb, c)
+	stdout := &capped{max: s.cfg.ExecOutputBytes}
+	stderr := &capped{max: s.cfg.ExecOutputBytes}
+	answer := func(ex apiv1.ExitStatus) {
+		out := apiv1.ExecResponse{CommandID: c.ID, ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: ex.Reason,
+			StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated}
+		out.Stdout, out.StdoutB64 = stdout.text()
+		out.Stderr, out.StderrB64 = stderr.text()
+		writeJSON(w, http.StatusOK, out)
+	}
+	stctx, stcancel := withDeadline(ctx, c)
+	started, ag, err := s.ensureStarted(stctx, sb, c)
+	stcancel()
 	if err != nil {
+		if ctx.Err() == nil && overdue(c) {
+			if ex, ended := s.settleOverdue(ctx, sb, c, 0); ended {
+				answer(ex.ExitStatus)
+				return
+			}
+		}
 		s.writeError(w, r, err)
 		return
 	}
+	c = started
 	if req.Stdin {
 		data := []byte(req.StdinData)
 		for len(data) > 0 {
@@ -82,25 +100,61 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := ag.Events(sctx, c.ProcessID, 0)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	defer stream.Close()
-	stdout := &capped{max: s.cfg.ExecOutputBytes}
-	stderr := &capped{max: s.cfg.ExecOutputBytes}
+	// The stream is bounded by the command's deadline (see
+	// command_deadline.go); past it, the agent either says the exit is on
+	// its way (read on, for one more call's time) or the server ends the
+	// command.
+	var lastSeq uint64
+	bound := true
 	for {
-		ev, err := stream.Next()
-		if err != nil {
+		var sctx context.Context
+		var cancel context.CancelFunc
+		if bound {
+			sctx, cancel = withDeadline(ctx, c)
+		} else {
+			sctx, cancel = context.WithTimeout(ctx, agentCallTimeout)
+		}
+		ex, err := s.execEvents(sctx, ag, c.ProcessID, &lastSeq, stdout, stderr)
+		cancel()
+		switch {
+		case err == nil:
+			s.recordExit(ctx, c.ID, ex.exit, ex.seq)
+			answer(toExitStatus(ex.exit))
+			return
+		case bound && ctx.Err() == nil && overdue(c):
+			if stored, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
+				answer(stored.ExitStatus)
+				return
+			}
+			bound = false
+		default:
 			if errors.Is(err, io.EOF) {
 				err = errdefs.New(errdefs.ErrUnavailable, "the command's output stream ended without an exit status").WithCause(err)
 			}
 			s.writeError(w, r, err)
 			return
 		}
+	}
+}
+
+type execExit struct {
+	exit *agentproto.ExitStatus
+	seq  uint64
+}
+
+// execEvents collects a process's output after *lastSeq until its exit.
+func (s *Server) execEvents(ctx context.Context, ag guestAgent, pid string, lastSeq *uint64, stdout, stderr *capped) (execExit, error) {
+	stream, err := ag.Events(ctx, pid, *lastSeq)
+	if err != nil {
+		return execExit{}, err
+	}
+	defer stream.Close()
+	for {
+		ev, err := stream.Next()
+		if err != nil {
+			return execExit{}, err
+		}
+		*lastSeq = max(*lastSeq, ev.Seq)
 		switch ev.Type {
 		case agentproto.EventStdout:
 			stdout.add(ev.Data)
@@ -109,17 +163,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		case agentproto.EventGap:
 			stdout.truncated, stderr.truncated = true, true
 		case agentproto.EventExit:
-			if ev.Exit == nil {
-				continue
+			if ev.Exit != nil {
+				return execExit{exit: ev.Exit, seq: ev.Seq}, nil
 			}
-			s.recordExit(ctx, c.ID, ev.Exit, ev.Seq)
-			ex := toExitStatus(ev.Exit)
-			out := apiv1.ExecResponse{CommandID: c.ID, ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: ex.Reason,
-				StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated}
-			out.Stdout, out.StdoutB64 = stdout.text()
-			out.Stderr, out.StderrB64 = stderr.text()
-			writeJSON(w, http.StatusOK, out)
-			return
 		}
 	}
 }
