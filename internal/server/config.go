@@ -48,6 +48,10 @@ type Config struct {
 	DefaultQuota store.Quota
 	LogFormat    string // text|json
 	LogLevel     string // debug|info|warn|error
+
+	// MaxConnsPerClient bounds the connections one remote IP holds open
+	// (0: no bound).
+	MaxConnsPerClient int
 }
 
 type multiFlag []string
@@ -78,10 +82,15 @@ func ParseFlags(args []string) (Config, error) {
 	fs.IntVar(&cfg.DefaultQuota.MaxSandboxes, "quota-sandboxes", 20, "default per-tenant limit on live sandboxes")
 	fs.IntVar(&cfg.DefaultQuota.MaxVCPUs, "quota-vcpus", 32, "default per-tenant limit on vCPUs of live sandboxes")
 	fs.IntVar(&cfg.DefaultQuota.MaxMemoryMiB, "quota-memory-mib", 32768, "default per-tenant limit on memory of live sandboxes")
+	fs.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", DefaultMaxConnsPerClient,
+		"open connections one client (remote IP) may hold; more are closed at once (0: no bound; behind a proxy every client is the proxy)")
 	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if cfg.MaxConnsPerClient < 0 {
+		return Config{}, fmt.Errorf("--max-conns-per-client must be 0 or more, not %d", cfg.MaxConnsPerClient)
 	}
 	if cfg.PoolSize < 0 {
 		return Config{}, fmt.Errorf("--pool-size must be 0 or more, not %d", cfg.PoolSize)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +48,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	// Unmounted last, after everything that uses it has closed; kept when
+	// sandbox VMs run on (decided as the worker closes).
+	keepVolume := false
+	closers = append(closers, func() { releaseVolume(ctx, st, keepVolume, log) })
 	kernel, err := guest.Locate(cfg.KernelDir)
 	if err != nil {
 		return err
@@ -122,7 +125,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Namespace: "space", Name: "pool_ready",
 		Help: "Restored, warmed VMs ready to be taken by a create (all templates).",
 	}, func() float64 { return float64(wk.PoolStats().Ready) }))
-	closers = append(closers, func() { wk.Close() })
+	closers = append(closers, func() {
+		keepVolume = vmsLeftRunning(ctx, wk, log)
+		wk.Close()
+	})
 	ops := operation.New(operation.Config{Store: db, Logger: log, Registerer: metrics.Registry})
 	closers = append(closers, func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -161,7 +167,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	go srv.Run(bg)
@@ -169,7 +175,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		"kernel", kernel.Version, "features", strings.Join(cfg.Features, ","))
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	go func() { serveErr <- hs.Serve(srv.Listener(limitPerClient(ln, cfg.MaxConnsPerClient, log))) }()
 	select {
 	case err := <-serveErr:
 		return err
@@ -178,7 +184,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close() // streams still open after the grace period are cut
+	}
 	return nil
 }
 
