@@ -107,8 +107,10 @@ func (s *Store) Image() string { return s.image }
 // the next Open reuses it.
 func (s *Store) Close() error { return nil }
 
-// Unmount unmounts the loop-mounted image (the loop device is released with
-// it). For tests and tear-down; a no-op when the data dir reflinks natively.
+// Unmount unmounts the loop-mounted image (the loop device, set up to
+// autoclear, is released with it). spaced calls it at shutdown when no VM is
+// left running on the volume; tests in their tear-down. A no-op when the
+// data dir reflinks natively.
 func (s *Store) Unmount(ctx context.Context) error {
 	if s.image == "" {
 		return nil
