@@ -26,6 +26,11 @@ func (b *Builder) checkPath(p string) (os.FileInfo, error) {
 	if !filepath.IsAbs(p) {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "source path %q must be absolute", p)
 	}
+	// Refuse a path outside the roots before looking at it, so the answer
+	// never says whether something exists there.
+	if len(b.cfg.SourceRoots) > 0 && !b.underRoots(filepath.Clean(p), false) {
+		return nil, errdefs.New(errdefs.ErrPermissionDenied, "source path %q is outside the directories templates may be built from", p)
+	}
 	real, err := filepath.EvalSymlinks(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "source path %q does not exist", p)
@@ -33,25 +38,34 @@ func (b *Builder) checkPath(p string) (os.FileInfo, error) {
 	if err != nil {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "source path %q cannot be read", p).WithCause(err)
 	}
-	if len(b.cfg.SourceRoots) > 0 {
-		ok := false
-		for _, r := range b.cfg.SourceRoots {
-			if rr, err := filepath.EvalSymlinks(r); err == nil {
-				if rel, err := filepath.Rel(rr, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-					ok = true
-					break
-				}
-			}
-		}
-		if !ok {
-			return nil, errdefs.New(errdefs.ErrPermissionDenied, "source path %q is outside the directories templates may be built from", p)
-		}
+	if len(b.cfg.SourceRoots) > 0 && !b.underRoots(real, true) {
+		return nil, errdefs.New(errdefs.ErrPermissionDenied, "source path %q is outside the directories templates may be built from", p)
 	}
 	fi, err := os.Stat(real)
 	if err != nil {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "source path %q cannot be read", p).WithCause(err)
 	}
 	return fi, nil
+}
+
+// underRoots reports whether p lies in a source root. resolved says p has
+// its symlinks resolved, so only the roots' resolved paths count; a path as
+// given may also name a root by its unresolved path.
+func (b *Builder) underRoots(p string, resolved bool) bool {
+	for _, r := range b.cfg.SourceRoots {
+		if !resolved && within(filepath.Clean(r), p) {
+			return true
+		}
+		if rr, err := filepath.EvalSymlinks(r); err == nil && within(rr, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // resolveRootfs opens a rootfs source: a tar (plain or gzip) whose entries

@@ -131,3 +131,24 @@ func TestLoadRecipe(t *testing.T) {
 		t.Errorf("unknown field accepted: %v", err)
 	}
 }
+
+// A path outside the source roots is refused alike whether or not anything
+// is there: a tenant cannot probe the host's files.
+func TestSourcePathOutsideRootsNoOracle(t *testing.T) {
+	roots := t.TempDir()
+	existing := writeFile(t, "secret", []byte("x"))
+	b, _ := newTestBuilder(t, func(c *BuilderConfig) { c.SourceRoots = []string{roots} })
+	var msgs []string
+	for _, p := range []string{existing, filepath.Join(filepath.Dir(existing), "missing"), roots + "/../" + filepath.Base(roots) + "-other"} {
+		_, err := b.Build(context.Background(), BuildRequest{Name: "x", Source: Source{Type: SourceRootfs, Path: p}}, nil, nil)
+		if !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Fatalf("%s: err = %v, want permission_denied", p, err)
+		}
+		msgs = append(msgs, strings.ReplaceAll(err.Error(), p, "P"))
+	}
+	for _, m := range msgs[1:] {
+		if m != msgs[0] {
+			t.Errorf("messages differ: %q vs %q", m, msgs[0])
+		}
+	}
+}
