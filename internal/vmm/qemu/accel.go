@@ -190,7 +190,7 @@ func accelArgs(accel string) []string {
 	if accel == AccelKVM {
 		return []string{"-accel", "kvm", "-cpu", "host"}
 	}
-	return []string{"-accel", "tcg,thread=multi", "-cpu", "max"}
+	return []string{"-accel", fmt.Sprintf("tcg,thread=multi,tb-size=%d", tcgTBSizeMiB), "-cpu", "max"}
 }
 
 // writeProbeInitrd writes a newc archive holding only /init, a static x86-64

@@ -33,14 +33,12 @@ func (v *VM) Incoming(ctx context.Context, snapshotDir string) error {
 	if !v.rec.Incoming {
 		return fmt.Errorf("qemu: vm %s was not started to be restored: %w", v.ID(), errdefs.ErrFailedPrecondition)
 	}
-	path, err := filepath.Abs(filepath.Join(snapshotDir, StateFile))
+	f, err := os.Open(filepath.Join(snapshotDir, StateFile))
 	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(path); err != nil {
 		_ = v.Stop(ctx)
 		return fmt.Errorf("qemu: restore: no state file in snapshot: %w", errdefs.ErrNotFound)
 	}
+	defer f.Close()
 	fail := func(err error) error {
 		_ = v.Stop(ctx)
 		return err
@@ -48,7 +46,10 @@ func (v *VM) Incoming(ctx context.Context, snapshotDir string) error {
 	if err := v.setIgnoreShared(ctx); err != nil {
 		return fail(err)
 	}
-	if err := v.qmp.Execute(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(path)}, nil); err != nil {
+	if err := v.qmp.SendFile(ctx, migrationFD, f); err != nil {
+		return fail(err)
+	}
+	if err := v.qmp.Execute(ctx, "migrate-incoming", map[string]any{"uri": "fd:" + migrationFD}, nil); err != nil {
 		return fail(err)
 	}
 	if err := v.awaitMigration(ctx); err != nil {

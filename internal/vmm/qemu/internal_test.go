@@ -76,19 +76,24 @@ func TestArgs(t *testing.T) {
 		wantNot  []string
 	}{
 		{"tcg", AccelTCG, false,
-			[]string{"tcg,thread=multi", "console=ttyS0 panic=-1 tsc_early_khz=2000000 quiet",
-				"id=disk0,file=/d,,1.img,format=raw,if=none,cache=none,aio=threads,auto-read-only=off",
-				"id=disk1,file=/ro.img,format=raw,if=none,cache=none,aio=threads,readonly=on",
-				"memory-backend-file,id=mem,size=256M,mem-path=/m/mem,share=on",
+			[]string{"tcg,thread=multi,tb-size=256", "console=ttyS0 panic=-1 tsc_early_khz=2000000 quiet",
+				"id=disk0,file=/dev/fdset/2,format=raw,if=none,cache=none,aio=threads,auto-read-only=off",
+				"id=disk1,file=/dev/fdset/3,format=raw,if=none,cache=none,aio=threads,readonly=on",
+				"fd=5,set=1", "fd=6,set=2", "fd=7,set=3", "file,id=con,append=on,path=/dev/fdset/1",
+				"socket,id=qmp,server=on,wait=off,fd=3", "socket,id=agent,server=on,wait=off,fd=4",
+				"-kernel", "/kernel", "-initrd", "/initrd",
+				"memory-backend-file,id=mem,size=256M,mem-path=/memory,share=on",
+				"on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 				machineOpts + ",memory-backend=mem", "virtserialport,chardev=agent,name=space.agent"},
-			[]string{"-incoming", "-S"}},
+			[]string{"-incoming", "-S", "/k", "/i", "/m/mem", "/s"}},
 		{"kvm incoming", AccelKVM, true,
 			[]string{"kvm", "host", "-incoming", "defer", "-S", "console=ttyS0 panic=-1 quiet"},
-			[]string{"tcg,thread=multi"}},
+			[]string{"tcg,thread=multi,tb-size=256"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			args := d.args(spec, tc.accel, tc.incoming)
+			h := &handout{tap: -1, qmp: 3, agent: 4, console: 5, disks: []int{6, 7}}
+			args := d.args(spec, tc.accel, tc.incoming, h)
 			for _, w := range tc.want {
 				if !slices.Contains(args, w) {
 					t.Errorf("args lack %q: %q", w, args)

@@ -10,9 +10,6 @@ import (
 	"github.com/space-sandbox/space/internal/vmm"
 )
 
-// tapFD is the fd number the tap has in QEMU: the first of exec.Cmd.ExtraFiles.
-const tapFD = 3
-
 // netFiles opens the VM's tap (if it has a NIC) for exec.Cmd.ExtraFiles.
 // The caller closes the files once QEMU started.
 func netFiles(spec vmm.BootSpec) ([]*os.File, error) {
@@ -33,9 +30,9 @@ func netFiles(spec vmm.BootSpec) ([]*os.File, error) {
 }
 
 // netArgs is the NIC on the command line: a virtio-net-device on the tap
-// QEMU inherits as fd 3. It comes after every other device, so VMs without
-// a NIC keep their device layout.
-func netArgs(spec vmm.BootSpec) []string {
+// QEMU inherits as tapFD. It comes after every other device, so VMs
+// without a NIC keep their device layout.
+func netArgs(spec vmm.BootSpec, tapFD int) []string {
 	if spec.Network == nil {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
 )
 
@@ -40,6 +40,9 @@ type record struct {
 	Accel     string       `json:"accel"`
 	Binary    string       `json:"binary"`
 	Incoming  bool         `json:"incoming,omitempty"`
+	// Jail is the VMM's jail (uid, cgroups); nil in records written
+	// before VMMs were jailed.
+	Jail *jail.State `json:"jail,omitempty"`
 }
 
 func writeRecord(dir string, r record) error {
@@ -76,38 +79,13 @@ func removeOwned(dir string) {
 	_ = os.Remove(filepath.Join(dir, fileState+".tmp"))
 }
 
-// procStartTime reads field 22 of /proc/<pid>/stat (start time in clock
-// ticks since boot). Zombies count as gone.
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); field 22 is f[19].
-	if len(f) < 20 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return 0, os.ErrNotExist
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
+func procStartTime(pid int) (uint64, error) { return jail.StartTime(pid) }
 
 // alive reports whether pid is still the process recorded with startTime.
-func alive(pid int, startTime uint64) bool {
-	st, err := procStartTime(pid)
-	return err == nil && st == startTime
-}
+func alive(pid int, startTime uint64) bool { return jail.Alive(pid, startTime) }
 
-// watchPidfd closes done when the (non-child) process behind pidfd exits.
-func watchPidfd(pidfd int, done chan<- struct{}) {
-	defer close(done)
+// waitPidfd returns when the (non-child) process behind pidfd exits.
+func waitPidfd(pidfd int) {
 	defer unix.Close(pidfd)
 	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 	for {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
 )
 
@@ -133,34 +134,37 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	}
 	removeOwned(spec.StateDir)
 
-	args := d.args(spec, accel, incoming)
-	nics, err := netFiles(spec)
+	h, err := openHandout(spec)
 	if err != nil {
+		removeOwned(spec.StateDir)
 		return nil, err
 	}
-	defer closeFiles(nics) // QEMU has its own copies once started
+	defer h.close() // QEMU has its own copies once started
+	args := d.args(spec, accel, incoming, h)
 	logf, err := os.OpenFile(filepath.Join(spec.StateDir, fileVMMLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
+		removeOwned(spec.StateDir)
 		return nil, fmt.Errorf("qemu: %w: %v", errdefs.ErrInternal, err)
 	}
-	cmd := exec.Command(d.binary, args...)
-	cmd.Dir = spec.StateDir
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.ExtraFiles = nics
-	// Own process group so Stop can kill everything QEMU spawned; no
-	// Pdeathsig: VMs outlive a crashed worker and get adopted.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	js, err := d.jailSpec(spec, accel, args, h, logf)
+	if err != nil {
+		logf.Close()
+		removeOwned(spec.StateDir)
+		return nil, err
+	}
+	j, err := jail.Start(js)
 	logf.Close()
 	if err != nil {
 		removeOwned(spec.StateDir)
-		return nil, fmt.Errorf("qemu: start %s: %w: %v", filepath.Base(d.binary), errdefs.ErrInternal, err)
+		return nil, fmt.Errorf("qemu: start %s: %w", filepath.Base(d.binary), err)
 	}
+	cmd := j.Cmd
 	pid := cmd.Process.Pid
+	jst := j.State
 	v := &VM{
 		d: d, dir: spec.StateDir, log: d.log.With("vm", spec.ID, "pid", pid),
 		done: make(chan struct{}), cons: newConsole(spec.StateDir),
+		rec: record{Spec: spec, PID: pid, Jail: &jst},
 	}
 	go func() {
 		werr := cmd.Wait()
@@ -174,6 +178,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		if tail := lastLines(tailFile(filepath.Join(spec.StateDir, fileVMMLog), 4096), 5); len(tail) > 0 {
 			err = fmt.Errorf("%w (qemu: %s)", err, strings.Join(tail, " | "))
 		}
+		jst.Release()
 		removeOwned(spec.StateDir)
 		return nil, err
 	}
@@ -182,7 +187,9 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	if err != nil {
 		return fail(fmt.Errorf("qemu: exited at start: %w", errdefs.ErrUnavailable))
 	}
-	v.rec = record{Spec: spec, PID: pid, StartTime: st, Accel: accel, Binary: d.binary, Incoming: incoming}
+	v.mu.Lock()
+	v.rec = record{Spec: spec, PID: pid, StartTime: st, Accel: accel, Binary: d.binary, Incoming: incoming, Jail: &jst}
+	v.mu.Unlock()
 	if err := writeRecord(spec.StateDir, v.rec); err != nil {
 		return fail(fmt.Errorf("qemu: record state: %w: %v", errdefs.ErrInternal, err))
 	}
@@ -200,7 +207,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 
 // args builds the QEMU command line. The device order is fixed: a restore
 // needs the same devices in the same order as the snapshot's VM.
-func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool) []string {
+func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool, h *handout) []string {
 	machine := machineOpts
 	if spec.MemoryFile != "" {
 		machine += ",memory-backend=mem"
@@ -219,42 +226,43 @@ func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool) []string {
 		"-name", spec.ID,
 		"-M", machine, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 	}
+	a = append(a, sandboxArgs...)
 	a = append(a, accelArgs(accel)...)
+	a = append(a, h.fdsetArgs()...)
 	a = append(a,
 		"-m", strconv.Itoa(spec.MemoryMiB), "-smp", strconv.Itoa(spec.VCPUs),
-		"-kernel", spec.Kernel, "-append", strings.Join(cmdline, " "),
+		"-kernel", jailKernel, "-append", strings.Join(cmdline, " "),
 	)
 	if spec.Initrd != "" {
-		a = append(a, "-initrd", spec.Initrd)
+		a = append(a, "-initrd", jailInitrd)
 	}
 	if spec.MemoryFile != "" {
 		a = append(a, "-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=on",
-			spec.MemoryMiB, optEscape(spec.MemoryFile)))
+			spec.MemoryMiB, jailMemory))
 	}
 	a = append(a,
-		"-chardev", "file,id=con,append=on,path="+fileConsole, "-serial", "chardev:con",
-		"-chardev", "socket,id=qmp,server=on,wait=off,path="+fileQMP, "-mon", "chardev=qmp,mode=control",
+		"-chardev", fmt.Sprintf("file,id=con,append=on,path=/dev/fdset/%d", consoleSet), "-serial", "chardev:con",
+		"-chardev", fmt.Sprintf("socket,id=qmp,server=on,wait=off,fd=%d", h.qmp), "-mon", "chardev=qmp,mode=control",
 	)
 	for i, disk := range spec.Disks {
-		drive := fmt.Sprintf("id=disk%d,file=%s,format=raw,if=none,cache=none,aio=threads", i, optEscape(disk.Path))
+		drive := fmt.Sprintf("id=disk%d,file=/dev/fdset/%d,format=raw,if=none,cache=none,aio=threads", i, diskSet(i))
 		if disk.ReadOnly {
 			drive += ",readonly=on"
 		} else {
 			// -drive defaults to auto-read-only=on, under which QEMU reopens
-			// the image by its path, read-only, when a migration (snapshot)
-			// inactivates it; the path may be gone by then (a pooled VM's
-			// files are renamed into the sandbox's dir, see Relocate).
+			// the image read-only when a migration (snapshot) inactivates
+			// it; its fdset holds only the read-write fd.
 			drive += ",auto-read-only=off"
 		}
 		a = append(a, "-drive", drive, "-device", fmt.Sprintf("virtio-blk-device,drive=disk%d", i))
 	}
 	a = append(a,
 		"-device", "virtio-serial-device",
-		"-chardev", "socket,id=agent,server=on,wait=off,path="+fileAgent,
+		"-chardev", fmt.Sprintf("socket,id=agent,server=on,wait=off,fd=%d", h.agent),
 		"-device", "virtserialport,chardev=agent,name="+agentproto.PortName,
 		"-device", "virtio-rng-device",
 	)
-	a = append(a, netArgs(spec)...)
+	a = append(a, netArgs(spec, h.tap)...)
 	if incoming {
 		// -S keeps the restored VM paused until the caller resumes it.
 		a = append(a, "-S", "-incoming", "defer")
@@ -282,6 +290,10 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 	gone := func() (vmm.VM, error) {
 		// The group may still hold helpers of the dead VMM.
 		_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
+		if rec.Jail != nil {
+			rec.Jail.Kill()
+			rec.Jail.Release()
+		}
 		removeOwned(stateDir)
 		return nil, fmt.Errorf("qemu: recover %s: vmm is gone: %w", rec.Spec.ID, errdefs.ErrNotFound)
 	}
@@ -297,8 +309,11 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 		closeFD(pidfd)
 		return gone()
 	}
-	v.setExit(errors.New("adopted vmm exited"))
-	go watchPidfd(pidfd, v.done)
+	go func() {
+		waitPidfd(pidfd)
+		v.setExit(errors.New("adopted vmm exited"))
+		close(v.done)
+	}()
 
 	qctx, cancel := context.WithTimeout(ctx, qmpTimeout)
 	defer cancel()

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -115,6 +118,16 @@ func (q *qmpClient) readLoop(br *bufio.Reader) {
 
 // Execute runs one QMP command and decodes its "return" into result (if not nil).
 func (q *qmpClient) Execute(ctx context.Context, cmd string, args any, result any) error {
+	return q.execute(ctx, cmd, args, result, nil)
+}
+
+// SendFile hands QEMU an open file under name (QMP getfd, the fd passed
+// as SCM_RIGHTS with the command), for a later "fd:<name>" URI.
+func (q *qmpClient) SendFile(ctx context.Context, name string, f *os.File) error {
+	return q.execute(ctx, "getfd", map[string]any{"fdname": name}, nil, unix.UnixRights(int(f.Fd())))
+}
+
+func (q *qmpClient) execute(ctx context.Context, cmd string, args any, result any, oob []byte) error {
 	q.mu.Lock()
 	q.nextID++
 	id := fmt.Sprintf("%d", q.nextID)
@@ -140,7 +153,16 @@ func (q *qmpClient) Execute(ctx context.Context, cmd string, args any, result an
 	if dl, ok := ctx.Deadline(); ok {
 		_ = q.conn.SetWriteDeadline(dl)
 	}
-	_, err = q.conn.Write(append(b, '\n'))
+	if oob != nil {
+		uc, ok := q.conn.(*net.UnixConn)
+		if !ok {
+			err = errors.New("not a unix socket")
+		} else {
+			_, _, err = uc.WriteMsgUnix(append(b, '\n'), oob, nil)
+		}
+	} else {
+		_, err = q.conn.Write(append(b, '\n'))
+	}
 	_ = q.conn.SetWriteDeadline(time.Time{})
 	q.writeMu.Unlock()
 	if err != nil {

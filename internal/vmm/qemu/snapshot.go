@@ -17,6 +17,9 @@ import (
 // while the VM is paused, and restore with a clone of that copy.
 const StateFile = "vmstate"
 
+// migrationFD names the fd of a migration stream in QMP.
+const migrationFD = "migration"
+
 // Snapshot implements vmm.Snapshotter by migrating the paused VM to a file.
 func (v *VM) Snapshot(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -32,14 +35,25 @@ func (v *VM) Snapshot(ctx context.Context, dir string) error {
 	if err := v.setIgnoreShared(ctx); err != nil {
 		return err
 	}
-	path, err := filepath.Abs(filepath.Join(dir, StateFile))
+	// The worker writes the file; the jailed VMM only gets the fd.
+	f, err := os.OpenFile(filepath.Join(dir, StateFile), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
+		return fmt.Errorf("qemu: snapshot file: %w: %v", errdefs.ErrInternal, err)
+	}
+	defer f.Close()
+	if err := v.qmp.SendFile(ctx, migrationFD, f); err != nil {
 		return err
 	}
-	if err := v.qmp.Execute(ctx, "migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}, nil); err != nil {
+	if err := v.qmp.Execute(ctx, "migrate", map[string]any{"uri": "fd:" + migrationFD}, nil); err != nil {
 		return err
 	}
-	return v.awaitMigration(ctx)
+	if err := v.awaitMigration(ctx); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("qemu: snapshot file: %w: %v", errdefs.ErrInternal, err)
+	}
+	return f.Close()
 }
 
 func (v *VM) setIgnoreShared(ctx context.Context) error {

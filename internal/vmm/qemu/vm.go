@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +79,11 @@ func (v *VM) setExit(werr error) {
 	defer v.mu.Unlock()
 	if werr == nil {
 		werr = errors.New("exited")
+	}
+	if j := v.rec.Jail; j != nil && j.OOMKilled() {
+		v.exitErr = fmt.Errorf("qemu: vmm killed by its memory limit (%d MiB guest + %d MiB overhead): %v: %w",
+			v.rec.Spec.MemoryMiB, vmmOverheadMiB, werr, errdefs.ErrResourceExhausted)
+		return
 	}
 	v.exitErr = fmt.Errorf("qemu: vmm exited unexpectedly: %v: %w", werr, errdefs.ErrUnavailable)
 }
@@ -189,10 +193,16 @@ func (v *VM) Stop(ctx context.Context) error {
 		}
 		t.Stop()
 	}
-	// Always signal the group: QEMU may have left helpers (migration
-	// commands) behind even when it exited itself.
+	// Always signal the group (and the cgroup): a VMM started before
+	// jails may have left helpers (migration commands) behind.
+	if j := v.rec.Jail; j != nil {
+		j.Kill()
+	}
 	if err := killGroup(ctx, v.rec.PID, v.done); err != nil {
 		return err
+	}
+	if j := v.rec.Jail; j != nil {
+		j.Release()
 	}
 	_ = v.qmp.Close()
 	v.cons.freeze()
@@ -207,6 +217,3 @@ func (v *VM) Stop(ctx context.Context) error {
 func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
 
 func closeFD(fd int) { _ = unix.Close(fd) }
-
-// shellQuote quotes s for /bin/sh.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,0 +1,216 @@
+// Package jail starts a VMM process (QEMU today, Firecracker later) with as
+// little of the host as it can run with, so that a guest that takes over
+// its VMM through a device-model bug gains almost nothing:
+//
+//   - its own uid and gid, drawn per VMM from a reserved range (ids.go),
+//     not one shared "space-vmm" user: two VMMs never share an id, so one
+//     cannot signal, ptrace or open the files of another even if both were
+//     somehow in view; the files a VMM writes (memory file, disks) are
+//     chowned to it with mode 0600;
+//   - no capabilities (bounding set emptied, then setuid to the id), and
+//     no_new_privs, so nothing it executes can gain any;
+//   - a private mount namespace whose root (after pivot_root) is a small
+//     read-only tmpfs holding /usr (read-only, for the binary, its
+//     libraries and firmware), /dev/null, /dev/zero, /dev/urandom (and
+//     /dev/kvm when asked) and the files of this one VM, bound in by the
+//     caller's list; no /etc, /proc, /sys, /tmp, data dir or other VM;
+//     everything else is handed in as open file descriptors by the caller;
+//   - a network namespace of its own with nothing in it (the VMM reaches
+//     its guest's network through a tap fd it inherits; it needs no
+//     network itself, which is stricter than joining the sandbox's
+//     namespace, where the egress listeners are), and its own IPC and UTS
+//     namespaces;
+//   - a cgroup of its own (cgroup.go) with memory, pids, cpu and io
+//     limits, so one VMM cannot starve the host or the other sandboxes;
+//   - RLIMIT_CORE 0 (no dumps of guest memory) and a bounded RLIMIT_NOFILE.
+//
+// Go cannot run code between fork and exec, and pivot_root, the mounts and
+// the privilege drop must happen in the child, so Start re-executes the
+// running binary (/proc/self/exe: no second artifact to build, install or
+// find, and test binaries work the same way) as a jail init, which this
+// package's init function recognises: it joins the cgroups, sets up the
+// root, drops privileges and executes the VMM, keeping its pid. The VMM
+// has no parent-death signal, so it survives a restart of the worker and
+// can be adopted; State is what the caller records for that.
+//
+// The package owns the ids, the cgroups and the jail init; it does not
+// own the VMM's files (the caller's), nor what the VMM does once it runs
+// (QEMU's own seccomp filter is the qemu driver's business).
+package jail
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// Spec is one jailed process.
+type Spec struct {
+	// Root is an existing directory, private to this VMM, that the jail's
+	// root tmpfs is mounted on inside the jail's mount namespace (the host
+	// keeps seeing the directory as it is). The VMM's state dir serves.
+	Root string
+	// Files are bound into the root, each at /<Name>.
+	Files []File
+	// Devices are host device nodes bound in at the same path (/dev/kvm).
+	Devices []string
+	// Own lists host files the VMM writes: they are chowned to its id and
+	// made 0600 before it starts.
+	Own []string
+
+	// Path is the program, a path under /usr (the only tree in view).
+	Path string
+	// Args is the full argv, Args[0] included.
+	Args []string
+	// ExtraFiles become fds 3, 4, ... of the program, in order.
+	ExtraFiles []*os.File
+	Stdout     *os.File
+	Stderr     *os.File
+
+	Limits Limits
+}
+
+// File is a host file bound into the jail's root.
+type File struct {
+	Name     string // name in the root, without slashes
+	Source   string // host path
+	Writable bool
+}
+
+// Limits are the jail's resource limits.
+type Limits struct {
+	MemoryBytes int64   // memory.max
+	PIDs        int     // pids.max (threads count)
+	CPUs        float64 // cpu.max, in CPUs
+	IOWeight    int     // io weight, 1..10000 (100 is the default)
+	NoFile      uint64  // RLIMIT_NOFILE
+}
+
+// State is what a caller records to find a jail again after a restart.
+type State struct {
+	UID     int      `json:"uid"`
+	GID     int      `json:"gid"`
+	Cgroups []string `json:"cgroups"`
+}
+
+// Jail is a started jailed process.
+type Jail struct {
+	Cmd   *exec.Cmd
+	State State
+}
+
+const (
+	initArg0  = "space-jail-init"
+	envConfig = "SPACE_JAIL_CONFIG"
+)
+
+// config is what Start hands the jail init (in its environment).
+type config struct {
+	Root    string   `json:"root"`
+	Files   []File   `json:"files"`
+	Devices []string `json:"devices"`
+	Cgroups []string `json:"cgroups"`
+	UID     int      `json:"uid"`
+	NoFile  uint64   `json:"nofile"`
+	Path    string   `json:"path"`
+	Args    []string `json:"args"`
+}
+
+// Start starts spec's program in a new jail. The caller waits for
+// Jail.Cmd and calls State.Release once the process is gone.
+func Start(spec Spec) (_ *Jail, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("jail: starting a VMM jail needs root: %w", errdefs.ErrFailedPrecondition)
+	}
+	if spec.Limits.NoFile == 0 {
+		spec.Limits.NoFile = 1024
+	}
+	if spec.Limits.IOWeight == 0 {
+		spec.Limits.IOWeight = 100
+	}
+	if need := uint64(len(spec.ExtraFiles) + 3 + 64); spec.Limits.NoFile < need {
+		spec.Limits.NoFile = need
+	}
+	for _, f := range spec.Files {
+		if f.Name == "" || filepath.Base(f.Name) != f.Name || f.Name == "usr" || f.Name == "dev" {
+			return nil, fmt.Errorf("jail: file name %q: %w", f.Name, errdefs.ErrInvalidArgument)
+		}
+	}
+	id, err := allocID()
+	if err != nil {
+		return nil, err
+	}
+	st := State{UID: id, GID: id}
+	defer func() {
+		if err != nil {
+			st.Release()
+		}
+	}()
+	if st.Cgroups, err = makeCgroups(id, spec.Limits); err != nil {
+		return nil, err
+	}
+	for _, p := range spec.Own {
+		if err := os.Chown(p, id, id); err != nil {
+			return nil, fmt.Errorf("jail: give %s to the vmm: %w: %v", filepath.Base(p), errdefs.ErrInternal, err)
+		}
+		if err := os.Chmod(p, 0o600); err != nil {
+			return nil, fmt.Errorf("jail: mode of %s: %w: %v", filepath.Base(p), errdefs.ErrInternal, err)
+		}
+	}
+	cfg, err := json.Marshal(config{
+		Root: spec.Root, Files: spec.Files, Devices: spec.Devices, Cgroups: st.Cgroups,
+		UID: id, NoFile: spec.Limits.NoFile, Path: spec.Path, Args: spec.Args,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jail: %w: %v", errdefs.ErrInternal, err)
+	}
+	cmd := &exec.Cmd{
+		// The running binary, even if replaced on disk since.
+		Path:       "/proc/self/exe",
+		Args:       []string{initArg0, spec.Root},
+		Env:        []string{envConfig + "=" + string(cfg)},
+		Dir:        "/",
+		Stdout:     spec.Stdout,
+		Stderr:     spec.Stderr,
+		ExtraFiles: spec.ExtraFiles,
+		SysProcAttr: &syscall.SysProcAttr{
+			// Own process group so a signal to the worker's group misses
+			// it; no Pdeathsig: a VMM outlives its worker to be adopted.
+			Setpgid:    true,
+			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("jail: start: %w: %v", errdefs.ErrInternal, err)
+	}
+	if start, err := StartTime(cmd.Process.Pid); err == nil {
+		_ = recordID(id, cmd.Process.Pid, start)
+	}
+	return &Jail{Cmd: cmd, State: st}, nil
+}
+
+// Release removes the jail's cgroups and frees its id. Call it only once
+// the jailed process is gone; safe to call twice.
+func (s State) Release() {
+	if s.UID == 0 {
+		return
+	}
+	for _, d := range s.Cgroups {
+		_ = removeCgroup(d)
+	}
+	releaseID(s.UID)
+}
+
+// Kill SIGKILLs everything in the jail's cgroups.
+func (s State) Kill() { killCgroups(s.Cgroups) }
+
+// OOMKilled reports whether the jail's memory limit killed a process.
+func (s State) OOMKilled() bool { return oomKills(s.Cgroups) > 0 }
+
+// Limits reads back the limits the jail's cgroups enforce.
+func (s State) Limits() (Limits, error) { return readLimits(s.Cgroups) }

@@ -1,0 +1,98 @@
+package jail_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/space-sandbox/space/internal/jail"
+	"github.com/space-sandbox/space/internal/jail/jailtest"
+)
+
+func requireRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (namespaces, cgroups)")
+	}
+}
+
+// TestJailedProcess jails a shell that waits on its stdin and checks it
+// from the host, then that Release leaves nothing.
+func TestJailedProcess(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	other := filepath.Join(dir, "other")
+	for _, d := range []string{root, other} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.WriteFile(data, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	out, err := os.CreateTemp(dir, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := jail.Limits{MemoryBytes: 64 << 20, PIDs: 16, CPUs: 0.5, IOWeight: 50, NoFile: 128}
+	j, err := jail.Start(jail.Spec{
+		Root:  root,
+		Files: []jail.File{{Name: "data", Source: data, Writable: true}},
+		Own:   []string{data},
+		Path:  "/usr/bin/sh",
+		// Prints what it sees of its root, then waits for stdin to close.
+		Args:       []string{"sh", "-c", "echo /*; cat /data; echo; read x <&3; exit 3"},
+		ExtraFiles: []*os.File{in},
+		Stdout:     out, Stderr: out,
+		Limits: want,
+	})
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- j.Cmd.Wait() }()
+	pid := j.Cmd.Process.Pid
+	// Until the exec the process is the jail init, still root.
+	deadline := time.Now().Add(10 * time.Second)
+	for jailtest.Verify(pid, j.State, want, false, other, dir) != nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	jailtest.Check(t, pid, j.State, want, false, other, dir)
+	if st, err := os.Stat(data); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("owned file: %v %v", st.Mode(), err)
+	}
+
+	_, _ = w.Write([]byte("\n"))
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+			t.Errorf("jailed shell ended with %v, want exit status 3", err)
+		}
+	case <-time.After(10 * time.Second):
+		j.State.Kill()
+		t.Fatal("jailed shell did not exit")
+	}
+	b, _ := os.ReadFile(out.Name())
+	if got := string(b); !strings.Contains(got, "/bin /data /dev /lib /lib64 /sbin /usr") || !strings.Contains(got, "mine") {
+		t.Errorf("jailed shell saw %q", got)
+	}
+	j.State.Release()
+	for _, d := range j.State.Cgroups {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("cgroup %s left after Release: %v", d, err)
+		}
+	}
+	// The id is free again: the sweep of a later worker has nothing to do.
+	if jail.InUse(j.State.UID) {
+		t.Errorf("id %d still reserved after Release", j.State.UID)
+	}
+}
