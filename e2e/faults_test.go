@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +21,8 @@ const (
 	faultServeBound = 90 * time.Second
 	// faultKillBound is how long an armed step may take to be reached.
 	faultKillBound = 2 * time.Minute
+	// execBound is how long a 30 s exec may take to answer.
+	execBound = 90 * time.Second
 )
 
 // faultCase is one named step of lifecycle work at which spaced is killed.
@@ -259,7 +264,17 @@ func checkCheckpointsTrue(t *testing.T, c *client) {
 func mustExec(t *testing.T, c *client, sbx, shell string) string {
 	t.Helper()
 	var res apiv1.ExecResponse
-	st := c.do("POST", "/v1/sandboxes/"+sbx+"/exec", map[string]any{"shell": shell, "timeout_seconds": 30}, &res)
+	body, _ := json.Marshal(map[string]any{"shell": shell, "timeout_seconds": 30})
+	req, _ := http.NewRequest("POST", c.url+"/v1/sandboxes/"+sbx+"/exec", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: execBound}).Do(req)
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", shell, sbx, err)
+	}
+	defer resp.Body.Close()
+	st := resp.StatusCode
+	_ = json.NewDecoder(resp.Body).Decode(&res)
 	if st != 200 || res.ExitCode == nil || *res.ExitCode != 0 {
 		t.Fatalf("exec %q in %s = %d %s exit %v: %s", shell, sbx, st, res.Reason, res.ExitCode, res.Stderr)
 	}

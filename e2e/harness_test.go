@@ -218,6 +218,10 @@ func vmmPIDs(dir string) []int {
 	return pids
 }
 
+// httpClient bounds every request a test makes (a wedged server must fail
+// the test, not hang the run); event streams bound themselves too.
+var httpClient = &http.Client{Timeout: 3 * time.Minute}
+
 // client speaks HTTP to the server with one API key.
 type client struct {
 	t   *testing.T
@@ -243,7 +247,7 @@ func (c *client) request(method, path string, body io.Reader, hdr map[string]str
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
 	}
