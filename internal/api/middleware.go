@@ -126,8 +126,10 @@ func newRequestID() string {
 	return "req_" + hex.EncodeToString(b[:])
 }
 
-// base wraps the whole mux: request id, panic recovery, access log and the
-// latency histogram (labelled with the matched route pattern).
+// base wraps the whole mux: request id, the read bound of the body
+// (httpedge.go), panic recovery, JSON errors for what the mux answers itself,
+// access log and the latency histogram (labelled with the matched route
+// pattern).
 func (s *Server) base(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ec, ok := r.Context().Value(edgeConnKey).(*edgeConn); ok {
@@ -151,6 +153,11 @@ func (s *Server) base(next http.Handler) http.Handler {
 					s.writeError(sw, r, errdefs.ErrInternal)
 				}
 			}
+			if sw.closing && !sw.body.eof.Load() {
+				// net/http drains the unread body before it closes; fail that
+				// read at once instead of waiting for a body nobody will use.
+				_ = sw.body.rc.SetReadDeadline(time.Now())
+			}
 			route := r.Pattern
 			if route == "" {
 				route = "unmatched"
@@ -166,11 +173,6 @@ func (s *Server) base(next http.Handler) http.Handler {
 				"tenant", principal(r.Context()).TenantID)
 		}()
 		next.ServeHTTP(sw, r)
-		if sw.closing && !sw.body.eof.Load() {
-			// net/http drains the unread body before it closes; fail that
-			// read at once instead of waiting for a body nobody will use.
-			_ = sw.body.rc.SetReadDeadline(time.Now())
-		}
 	})
 }
 
