@@ -76,7 +76,7 @@ type registryPolicy struct {
 	proxyFor func(*http.Request) (*url.URL, error)
 	proxies  sync.Map // "host:port" of proxies proxyFor named: the operator's, dialled freely
 
-	// localAddrs lists the host's own addresses; a var so tests can add one.
+	// localAddrs lists the host's own addresses (a field so tests can stand in).
 	localAddrs func() ([]net.Addr, error)
 }
 
