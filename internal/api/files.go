@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path"
 	"strconv"
 
@@ -16,10 +17,9 @@ import (
 // maxPathLen is Linux's PATH_MAX: the guest could not open a longer path.
 const maxPathLen = 4096
 
-// fileTarget validates ?path= (absolute) and ?format= and returns the
-// running sandbox's agent.
-func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
-	q := r.URL.Query()
+// filePath validates ?path= (absolute, no NUL, at most PATH_MAX) and
+// ?format= and returns the cleaned path and whether a tar is asked for.
+func filePath(q url.Values) (string, bool, error) {
 	p := q.Get("path")
 	f := map[string]string{}
 	switch {
@@ -36,7 +36,17 @@ func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
 		f["format"] = `must be "raw" or "tar"`
 	}
 	if len(f) > 0 {
-		return nil, "", false, invalid(f)
+		return "", false, invalid(f)
+	}
+	return path.Clean(p), format == "tar", nil
+}
+
+// fileTarget validates the file request (filePath) and returns the running
+// sandbox's agent.
+func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
+	p, tar, err := filePath(r.URL.Query())
+	if err != nil {
+		return nil, "", false, err
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
@@ -47,7 +57,7 @@ func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
 	}
 	s.touch(r.Context(), sb.ID)
 	ag, err := s.agent(r.Context(), sb.ID)
-	return ag, path.Clean(p), format == "tar", err
+	return ag, p, tar, err
 }
 
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {

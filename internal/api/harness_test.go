@@ -25,7 +25,7 @@ import (
 // env is one API server over a real SQLite store, operation engine and
 // authenticator, with the fake worker.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *Server
 	http   *httptest.Server
 	store  store.Store
@@ -37,7 +37,7 @@ type env struct {
 	admin                      *client.Client
 }
 
-func newEnv(t *testing.T, cfg Config) *env {
+func newEnv(t testing.TB, cfg Config) *env {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {

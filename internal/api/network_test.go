@@ -36,7 +36,7 @@ func (l *lockedBuf) String() string {
 
 // withSecrets gives e's server a secrets service (key in a temp dir) and
 // sends every log line of server and service to the returned buffer.
-func withSecrets(t *testing.T, e *env) (*secrets.Service, *lockedBuf) {
+func withSecrets(t testing.TB, e *env) (*secrets.Service, *lockedBuf) {
 	t.Helper()
 	key, err := secrets.LoadKey(t.TempDir() + "/" + secrets.KeyFile)
 	if err != nil {
