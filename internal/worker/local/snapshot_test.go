@@ -386,7 +386,7 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("disk full during suspend", func(t *testing.T) {
+	t.Run("disk full during suspend and checkpoint", func(t *testing.T) {
 		filler := filepath.Join(e.cfg.Storage.Root(), "filler")
 		f, err := os.Create(filler)
 		if err != nil {
@@ -423,6 +423,18 @@ func TestLifecycle(t *testing.T) {
 		wantState(t, w, "sbx_a", worker.VMRunning)
 		if _, err := os.Stat(filepath.Join(e.cfg.Storage.Root(), "sandboxes", "sbx_a", "suspend")); err == nil {
 			t.Fatal("a partial suspend snapshot remains")
+		}
+		// A checkpoint on the full disk fails the same way, leaves no
+		// files, and does not leave the sandbox paused.
+		if _, err := w.Checkpoint(ctx, "sbx_a", "ckpt_full"); !errors.Is(err, errdefs.ErrResourceExhausted) {
+			t.Fatalf("checkpoint on a full disk: %v, want resource_exhausted", err)
+		}
+		wantState(t, w, "sbx_a", worker.VMRunning)
+		if left, _ := filepath.Glob(filepath.Join(e.cfg.Storage.Root(), "checkpoints", "ckpt_full*")); len(left) > 0 {
+			t.Fatalf("a partial checkpoint remains: %v", left)
+		}
+		if _, err := os.Stat(filepath.Join(e.cfg.Storage.Root(), "sandboxes", "sbx_a", "transient.json")); err == nil {
+			t.Fatal("the failed checkpoint left its in-progress marker")
 		}
 		os.Remove(filler)
 		before := count(t, ca)
