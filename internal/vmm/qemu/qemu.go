@@ -84,6 +84,10 @@ func New(opts vmm.Options) (*Driver, error) {
 		d.binaryErr = fmt.Errorf("qemu: %s not found (install the Debian package qemu-system-x86): %w", bin, errdefs.ErrFailedPrecondition)
 	}
 	d.binary = path
+	// Ids and cgroups of jails whose VMM died while no worker watched.
+	if os.Geteuid() == 0 {
+		jail.Sweep()
+	}
 	return d, nil
 }
 
