@@ -4,10 +4,7 @@
 // errors by matching strings.
 package errdefs
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Class is an error class. Each has the snake_case code the API reports.
 type Class struct{ code string }
@@ -41,12 +38,33 @@ var all = []*Class{
 	ErrInternal, ErrUnavailable, ErrAborted, ErrDataLoss, ErrDeadlineExceeded, ErrCancelled,
 }
 
-// ClassOf returns the class err wraps, or ErrInternal when it wraps none.
+// ClassOf returns the outermost class err wraps, or ErrInternal when it
+// wraps none. Outermost means nearest to err in its tree of wrapped errors
+// (left first among siblings), so the class a layer gives its failure wins
+// over the classes of the causes it wraps: fmt.Errorf("%w: %w", ErrInternal,
+// fmt.Errorf("open: %w", ErrNotFound)) is internal, not not_found.
 func ClassOf(err error) *Class {
-	for _, c := range all {
-		if errors.Is(err, c) {
-			return c
+	level := []error{err}
+	for len(level) > 0 {
+		var next []error
+		for _, e := range level {
+			if c, ok := e.(*Class); ok {
+				return c
+			}
+			switch u := e.(type) {
+			case interface{ Unwrap() error }:
+				if w := u.Unwrap(); w != nil {
+					next = append(next, w)
+				}
+			case interface{ Unwrap() []error }:
+				for _, w := range u.Unwrap() {
+					if w != nil {
+						next = append(next, w)
+					}
+				}
+			}
 		}
+		level = next
 	}
 	return ErrInternal
 }
