@@ -32,6 +32,12 @@ func RunInit(log *slog.Logger, version string) {
 		PowerOff(log)
 		return
 	}
+	// An OOM kill in a guest full of processes (a fork bomb) would print
+	// every task to the serial console, which under TCG takes seconds per
+	// kill and stalls the guest, the agent included.
+	if err := os.WriteFile("/proc/sys/vm/oom_dump_tasks", []byte("0"), 0); err != nil {
+		log.Warn("oom_dump_tasks", "err", err)
+	}
 	a := New(Config{
 		Logger: log, Version: version, Privileged: true,
 		CgroupRoot: "/sys/fs/cgroup/space-agent", FreezePath: "/",

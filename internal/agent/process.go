@@ -309,7 +309,10 @@ func (p *process) finish(log *slog.Logger, ws unix.WaitStatus) {
 	}
 
 	p.mu.Lock()
-	if p.timer != nil {
+	// timeout_seconds bounds everything the command started: what it left
+	// running in its cgroup (a fork bomb's survivors, a stray background
+	// job) still dies when the timer fires.
+	if p.timer != nil && !p.cg.populated() {
 		p.timer.Stop()
 	}
 	st := &agentproto.ExitStatus{Reason: agentproto.ReasonExited, EndedAt: time.Now().UTC()}
@@ -346,13 +349,24 @@ func (p *process) finish(log *slog.Logger, ws unix.WaitStatus) {
 	log.Info("process exited", "id", p.id, "pid", p.pid, "reason", st.Reason)
 }
 
-// kill SIGKILLs the whole process group, recording why.
+// kill SIGKILLs everything the command started, recording why: the whole
+// cgroup when there is one (nothing escapes it, not even a fork bomb that
+// keeps making new sessions), and the process group as well, which is all
+// there is without cgroups.
 func (p *process) kill(reason string) {
 	p.mu.Lock()
-	if p.exit == nil && p.killReason == "" {
+	exited := p.exit != nil
+	if !exited && p.killReason == "" {
 		p.killReason = reason
 	}
 	p.mu.Unlock()
+	p.cg.kill()
+	if exited {
+		// Only what the command left behind: its group leader is gone and
+		// the number may be another process's by now.
+		go p.cg.removeWhenEmpty()
+		return
+	}
 	_ = unix.Kill(-p.pid, unix.SIGKILL)
 }
 
