@@ -18,7 +18,7 @@ KERNEL_META=linux-image-cloud-amd64
 # still gives a working `-M microvm`; qemu-utils brings qemu-img.
 PACKAGES=(
   qemu-system-x86 qemu-utils
-  busybox-static
+  busybox-static bash-static
   btrfs-progs e2fsprogs
   cpio kmod
   nftables iproute2
@@ -136,6 +136,7 @@ check_host() {
   [[ -f /usr/share/seabios/bios-microvm.bin || -f /usr/share/qemu/bios-microvm.bin ]] ||
     die "bios-microvm.bin missing (package seabios)"
   [[ -x /bin/busybox ]] || die "/bin/busybox missing (package busybox-static)"
+  [[ -x /bin/bash-static ]] || die "/bin/bash-static missing (package bash-static)"
   command -v go >/dev/null || die "go not found (expected /usr/local/go/bin/go)"
   if [[ ! -e /dev/kvm ]]; then
     log "note: /dev/kvm absent; VMs run under TCG (slower, still works)"

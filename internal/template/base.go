@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,7 +29,7 @@ const AgentPath = "/usr/local/bin/space-agent"
 
 // baseFormat changes whenever the staged layout changes, so images built by
 // older code are rebuilt.
-const baseFormat = "space-base-v1"
+const baseFormat = "space-base-v2"
 
 // BaseOptions configures BuildBase.
 type BaseOptions struct {
@@ -39,6 +40,9 @@ type BaseOptions struct {
 	// Busybox is a static busybox binary; default /bin/busybox (Debian's
 	// busybox-static).
 	Busybox string
+	// Bash is a static bash, installed as /bin/bash; default
+	// /bin/bash-static (Debian's bash-static).
+	Bash string
 	// SizeMiB is the image size; it grows when the content needs more.
 	// Default 256.
 	SizeMiB int
@@ -59,8 +63,8 @@ var DefaultBaseDefaults = Defaults{
 }
 
 // BuildBase builds (or finds cached) the `base` template: busybox with all
-// its applets, root and an unprivileged `user` (uid 1000), and the agent at
-// AgentPath. Unchanged inputs return the existing image without work.
+// its applets, a static bash, root and an unprivileged `user` (uid 1000),
+// and the agent at AgentPath. Unchanged inputs return the existing image without work.
 // Building needs root, to give files their owners.
 func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	log := opts.Logger
@@ -73,6 +77,9 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	if opts.Busybox == "" {
 		opts.Busybox = "/bin/busybox"
 	}
+	if opts.Bash == "" {
+		opts.Bash = "/bin/bash-static"
+	}
 	if opts.SizeMiB == 0 {
 		opts.SizeMiB = 256
 	}
@@ -82,11 +89,15 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	if err != nil {
 		return Metadata{}, fmt.Errorf("template: read busybox (package busybox-static; run `make setup`): %v: %w", err, errdefs.ErrFailedPrecondition)
 	}
+	bash, err := os.ReadFile(opts.Bash)
+	if err != nil {
+		return Metadata{}, fmt.Errorf("template: read bash (package bash-static; run `make setup`): %v: %w", err, errdefs.ErrFailedPrecondition)
+	}
 	agent, err := os.ReadFile(opts.AgentBinary)
 	if err != nil {
 		return Metadata{}, fmt.Errorf("template: read agent binary (build it with `make build`): %v: %w", err, errdefs.ErrFailedPrecondition)
 	}
-	input, err := baseInputDigest(busybox, agent, opts.SizeMiB, defaults)
+	input, err := baseInputDigest(busybox, bash, agent, opts.SizeMiB, defaults)
 	if err != nil {
 		return Metadata{}, err
 	}
@@ -120,7 +131,7 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 			return Metadata{}, fmt.Errorf("template: staging dir: %v: %w", err, errdefs.ErrInternal)
 		}
 	}
-	if err := stageBase(ctx, staging, opts.Busybox, busybox, agent); err != nil {
+	if err := stageBase(ctx, staging, opts.Busybox, busybox, bash, agent); err != nil {
 		return Metadata{}, err
 	}
 	content, err := treeSize(staging)
@@ -147,6 +158,7 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 		Defaults:     defaults,
 		CreatedAt:    time.Now().UTC().Truncate(time.Millisecond),
 		Source:       &Source{Type: SourceBase},
+		Warnings:     slices.Clone(baseNotes),
 		InputDigest:  input,
 	}, out)
 	if err != nil {
@@ -184,14 +196,14 @@ func mergeDefaults(d, def Defaults) Defaults {
 	return d
 }
 
-func baseInputDigest(busybox, agent []byte, sizeMiB int, d Defaults) (string, error) {
+func baseInputDigest(busybox, bash, agent []byte, sizeMiB int, d Defaults) (string, error) {
 	b, err := json.Marshal(d)
 	if err != nil {
 		return "", fmt.Errorf("template: encode defaults: %v: %w", err, errdefs.ErrInternal)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\nbusybox %x\nagent %x\nsize %d\ndefaults %s\n",
-		baseFormat, sha256.Sum256(busybox), sha256.Sum256(agent), sizeMiB, b)
+	fmt.Fprintf(h, "%s\nbusybox %x\nbash %x\nagent %x\nsize %d\ndefaults %s\n",
+		baseFormat, sha256.Sum256(busybox), sha256.Sum256(bash), sha256.Sum256(agent), sizeMiB, b)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -213,8 +225,15 @@ var baseFiles = []struct {
 	{"etc/os-release", 0o644, "NAME=\"SPACE base\"\nID=space-base\nPRETTY_NAME=\"SPACE base (busybox)\"\n"},
 }
 
+// baseNotes are what a tenant should know of base's tools. Debian's
+// busybox 1.35 wget crashes (SIGSEGV) whenever -T is given, before it
+// connects; Debian ships no static curl or wget to put beside it.
+var baseNotes = []string{
+	"wget is busybox 1.35's: its -T (timeout) option crashes it; bound a download with `timeout N wget …` instead. There is no curl.",
+}
+
 // stageBase lays out the base root filesystem under root.
-func stageBase(ctx context.Context, root, busyboxPath string, busybox, agent []byte) error {
+func stageBase(ctx context.Context, root, busyboxPath string, busybox, bash, agent []byte) error {
 	applets, err := busyboxApplets(ctx, busyboxPath)
 	if err != nil {
 		return err
@@ -255,6 +274,15 @@ func stageBase(ctx context.Context, root, busyboxPath string, busybox, agent []b
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", a)); err != nil && !errors.Is(err, os.ErrExist) {
 			return stageErr(err)
 		}
+	}
+	// bash beside busybox's sh (which stays /bin/sh): scripts written for
+	// bash, and tools that run `bash -c`, work in base too.
+	bashPath := filepath.Join(root, "bin", "bash")
+	if err := os.Remove(bashPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return stageErr(err)
+	}
+	if err := os.WriteFile(bashPath, bash, 0o755); err != nil {
+		return stageErr(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, AgentPath), agent, 0o755); err != nil {
 		return stageErr(err)

@@ -94,10 +94,16 @@ func TestBuildBase(t *testing.T) {
 		t.Fatalf("e2fsck -fn: %v\n%s", err, out)
 	}
 	bin := debugfs(t, m.Image, "ls -l /bin")
-	for _, applet := range []string{"busybox", "sh", "wget", "nc", "ps", "ls", "cat", "env"} {
+	for _, applet := range []string{"busybox", "sh", "bash", "wget", "nc", "ps", "ls", "cat", "env"} {
 		if !regexp.MustCompile(`\s` + applet + `\s*\n`).MatchString(bin) {
 			t.Errorf("/bin lacks %s:\n%s", applet, bin)
 		}
+	}
+	if got := debugfs(t, m.Image, "stat /bin/bash"); !regexp.MustCompile(`Type: regular`).MatchString(got) {
+		t.Errorf("/bin/bash is not the static bash itself:\n%s", got)
+	}
+	if len(m.Warnings) == 0 || !strings.Contains(m.Warnings[0], "wget") {
+		t.Errorf("base notes %q do not tell of busybox wget -T", m.Warnings)
 	}
 	if got := debugfs(t, m.Image, "cat "+AgentPath); !strings.Contains(got, agentBody) {
 		t.Errorf("%s = %q, want the agent binary", AgentPath, got)
