@@ -62,12 +62,12 @@ func (w *Worker) lifecycleStart(ctx context.Context, id string) (*VM, error) {
 }
 
 // move changes vm's state from one of from to to under w.mu, or fails with
-// ErrFailedPrecondition naming the state as the real worker does.
+// ErrConflict naming the state as the real worker does.
 func (w *Worker) move(vm *VM, to string, from ...string) (worker.SandboxStatus, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !slices.Contains(from, vm.state()) {
-		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s", vm.ID, vm.state()).
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", vm.ID, vm.state()).
 			WithDetails(map[string]any{"state": vm.state()})
 	}
 	vm.State = to
@@ -140,7 +140,7 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	_, dup := w.ckpts[checkpointID]
 	w.mu.Unlock()
 	if state != worker.VMRunning && state != worker.VMPaused {
-		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s", vm.ID, state).
+		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", vm.ID, state).
 			WithDetails(map[string]any{"state": state})
 	}
 	if dup {

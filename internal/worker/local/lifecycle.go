@@ -36,7 +36,7 @@ func (w *Worker) lifecycle(id string) (*sandbox, func(), error) {
 }
 
 func wrongState(state, want string) error {
-	return errdefs.New(errdefs.ErrFailedPrecondition, "sandbox is %s; %s", state, want).
+	return errdefs.New(errdefs.ErrConflict, "sandbox is %s; %s", state, want).
 		WithDetails(map[string]any{"state": state})
 }
 
