@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
-	"github.com/space-sandbox/space/internal/template"
 )
 
 // strList is a repeatable string flag.
@@ -66,30 +67,30 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 	abs := func(p string) (string, error) { return filepath.Abs(p) }
 	switch {
 	case *recipe != "":
-		r, err := template.LoadRecipe(*recipe)
+		r, err := loadRecipe(*recipe)
 		if err != nil {
 			return err
 		}
-		req = recipeRequest(r)
+		req = r
 	case *fromOCI != "":
 		p, err := abs(*fromOCI)
 		if err != nil {
 			return err
 		}
-		req.Source = apiv1.TemplateSource{Type: template.SourceOCI, Path: p}
+		req.Source = apiv1.TemplateSource{Type: apiv1.SourceOCI, Path: p}
 	case *image != "":
-		req.Source = apiv1.TemplateSource{Type: template.SourceOCI, Image: *image}
+		req.Source = apiv1.TemplateSource{Type: apiv1.SourceOCI, Image: *image}
 	case *fromRootfs != "":
 		p, err := abs(*fromRootfs)
 		if err != nil {
 			return err
 		}
-		req.Source = apiv1.TemplateSource{Type: template.SourceRootfs, Path: p}
+		req.Source = apiv1.TemplateSource{Type: apiv1.SourceRootfs, Path: p}
 	case *suite != "":
-		req.Source = apiv1.TemplateSource{Type: template.SourceDebian, Suite: *suite, Packages: packages}
+		req.Source = apiv1.TemplateSource{Type: apiv1.SourceDebian, Suite: *suite, Packages: packages}
 	}
 	if *script != "" {
-		if req.Source.Type != template.SourceDebian {
+		if req.Source.Type != apiv1.SourceDebian {
 			return usagef("--script goes with --debian or a debian recipe")
 		}
 		b, err := os.ReadFile(*script)
@@ -152,14 +153,24 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 	return nil
 }
 
-func recipeRequest(r template.BuildRequest) apiv1.CreateTemplateRequest {
-	s := r.Source
-	out := apiv1.CreateTemplateRequest{Name: r.Name, NoCache: r.NoCache, Source: apiv1.TemplateSource{Type: s.Type,
-		Path: s.Path, Image: s.Image, Suite: s.Suite, Variant: s.Variant, Packages: s.Packages, Script: s.Script}}
-	d := r.Defaults
-	out.Defaults = &apiv1.TemplateDefaults{VCPUs: d.Vcpus, MemoryMiB: d.MemoryMiB, DiskMiB: d.DiskMiB, Env: d.Env,
-		Workdir: d.Workdir, User: d.User, StartCommand: d.StartCommand, ReadyCommand: d.ReadyCommand}
-	return out
+// loadRecipe reads a JSON recipe file: the body of POST /v1/templates
+// (e.g. templates/python.json). Unknown fields are refused here, so a typo
+// is reported before anything is sent; the server validates the rest.
+func loadRecipe(path string) (apiv1.CreateTemplateRequest, error) {
+	var req apiv1.CreateTemplateRequest
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return req, usagef("template recipe: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, usagef("template recipe %s: %v", path, err)
+	}
+	if req.Name == "" {
+		return req, usagef("template recipe %s: no name", path)
+	}
+	return req, nil
 }
 
 // mergeDefaults sets in dst what the flags in src say.

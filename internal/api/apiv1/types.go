@@ -377,8 +377,15 @@ const (
 )
 
 // TemplateSource says what a template is built from.
+// Template source types.
+const (
+	SourceOCI    = "oci"
+	SourceDebian = "debian"
+	SourceRootfs = "rootfs"
+)
+
 type TemplateSource struct {
-	// Type is "oci", "debian" or "rootfs".
+	// Type is SourceOCI, SourceDebian or SourceRootfs.
 	Type string `json:"type"`
 	// Path is a path on the server host under one of its template source
 	// roots: an OCI image layout dir or a `docker save`/OCI tar (oci), a
