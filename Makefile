@@ -8,10 +8,12 @@ DATA_DIR  ?= /var/lib/space
 TEST_P    ?= 2
 TEST_FLAGS ?=
 BENCH     ?= .
+# make fuzz: how long each fuzz target runs (make test runs each for 3s).
+FUZZTIME  ?= 60s
 
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all setup build run test vet bench clean
+.PHONY: all setup build run test vet bench fuzz clean
 
 all: build
 
@@ -38,11 +40,16 @@ vet:
 test: setup build vet
 	@bash scripts/leakcheck.sh --baseline .leak-baseline
 	$(GO) test -p $(TEST_P) -count=1 -timeout 25m $(TEST_FLAGS) ./...
+	GO=$(GO) bash scripts/fuzz.sh 3s
 	@bash scripts/leakcheck.sh .leak-baseline
 
 ## bench: run the Go benchmarks (no tests)
 bench: setup build
 	$(GO) test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 30m ./...
+
+## fuzz: run every fuzz target for $(FUZZTIME) each (seed corpora in testdata/fuzz/)
+fuzz:
+	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME)
 
 clean:
 	rm -rf bin

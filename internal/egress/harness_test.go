@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"flag"
 	"fmt"
 	"math/big"
 	"net"
@@ -45,9 +46,16 @@ func TestMain(m *testing.M) {
 	// Envs take link names and 198.18.n.0/24 networks by a per-process
 	// number that another test process of this package could also pick:
 	// one process at a time per machine (the lock goes with the process).
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "space-egress-test.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err == nil {
-		_ = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+	// A fuzz worker is a child of a test process that holds the lock
+	// already and runs no envs (only FuzzParsePolicy): it must not wait.
+	flag.Parse()
+	var lock *os.File
+	if f := flag.Lookup("test.fuzzworker"); f == nil || f.Value.String() != "true" {
+		var err error
+		lock, err = os.OpenFile(filepath.Join(os.TempDir(), "space-egress-test.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+		if err == nil {
+			_ = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+		}
 	}
 	before, _ := network.ListNamespaces(network.NamePrefix)
 	code := m.Run()
