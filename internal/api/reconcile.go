@@ -176,7 +176,12 @@ func (s *Server) handleExit(ctx context.Context, ex worker.Exit) {
 	switch sb.State {
 	case store.SandboxRunning, store.SandboxPausing, store.SandboxPaused, store.SandboxSuspending, store.SandboxWaking:
 		s.logger.Error("sandbox VM stopped unexpectedly", "sandbox", sb.ID, "err", ex.Err)
-		s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly").WithCause(ex.Err), sb.State)
+		pub := errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly")
+		if errdefs.ClassOf(ex.Err) == errdefs.ErrResourceExhausted {
+			// The VMM's cgroup memory limit killed it (worker/local, vmm/qemu).
+			pub = errdefs.New(errdefs.ErrResourceExhausted, "the sandbox's VM was stopped: it used more host memory than its memory size allows")
+		}
+		s.failSandbox(ctx, sb.ID, pub.WithCause(ex.Err), sb.State)
 	default:
 		// creating: the create operation reports the failure itself;
 		// deleting, deleted, failed: expected.

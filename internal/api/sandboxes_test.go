@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,31 +259,46 @@ func TestIdempotency(t *testing.T) {
 }
 
 func TestVMExitFailsSandbox(t *testing.T) {
-	e := newEnv(t, Config{})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { e.srv.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	sb := e.running(e.alice, nil)
-	cmd, err := e.alice.CreateCommand(ctx, sb.ID, apiv1.CreateCommandRequest{Argv: []string{"sleep", "60"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.worker.DeleteSandbox(ctx, sb.ID)
-	e.worker.Exit(sb.ID, errors.New("console: kernel panic"))
-	for {
-		got, err := e.alice.GetSandbox(ctx, sb.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.State == apiv1.SandboxFailed {
-			break
-		}
-		pollPause()
-	}
-	c, err := e.alice.GetCommand(ctx, sb.ID, cmd.ID)
-	if err != nil || c.State != apiv1.CommandExited || c.Exit == nil || c.Exit.Reason != "lost" {
-		t.Errorf("command after VM exit: %+v %v", c, err)
+	for _, tc := range []struct {
+		name, code, msg string
+		err             error
+	}{
+		{"crash", "unavailable", "stopped unexpectedly", errors.New("console: kernel panic")},
+		{"memory limit", "resource_exhausted", "more host memory",
+			fmt.Errorf("vmm exited: %w", errdefs.New(errdefs.ErrResourceExhausted, "qemu: vmm killed by its memory limit"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Config{})
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { e.srv.Run(ctx); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+			sb := e.running(e.alice, nil)
+			cmd, err := e.alice.CreateCommand(ctx, sb.ID, apiv1.CreateCommandRequest{Argv: []string{"sleep", "60"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.worker.DeleteSandbox(ctx, sb.ID)
+			e.worker.Exit(sb.ID, tc.err)
+			var got *apiv1.Sandbox
+			for {
+				got, err = e.alice.GetSandbox(ctx, sb.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.State == apiv1.SandboxFailed {
+					break
+				}
+				pollPause()
+			}
+			if got.LastError == nil || got.LastError.Code != tc.code || !strings.Contains(got.LastError.Message, tc.msg) {
+				t.Errorf("last_error %+v, want %s (%q)", got.LastError, tc.code, tc.msg)
+			}
+			c, err := e.alice.GetCommand(ctx, sb.ID, cmd.ID)
+			if err != nil || c.State != apiv1.CommandExited || c.Exit == nil || c.Exit.Reason != "lost" {
+				t.Errorf("command after VM exit: %+v %v", c, err)
+			}
+		})
 	}
 }
 

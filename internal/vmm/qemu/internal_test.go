@@ -76,7 +76,7 @@ func TestArgs(t *testing.T) {
 		wantNot  []string
 	}{
 		{"tcg", AccelTCG, false,
-			[]string{"tcg,thread=multi,tb-size=256", "console=ttyS0 panic=-1 tsc_early_khz=2000000 quiet",
+			[]string{"tcg,thread=multi,tb-size=128", "console=ttyS0 panic=-1 tsc_early_khz=2000000 quiet",
 				"id=disk0,file=/dev/fdset/2,format=raw,if=none,cache=none,aio=threads,auto-read-only=off",
 				"id=disk1,file=/dev/fdset/3,format=raw,if=none,cache=none,aio=threads,readonly=on",
 				"fd=5,set=1", "fd=6,set=2", "fd=7,set=3", "file,id=con,append=on,path=/dev/fdset/1",
@@ -88,7 +88,7 @@ func TestArgs(t *testing.T) {
 			[]string{"-incoming", "-S", "/k", "/i", "/m/mem", "/s"}},
 		{"kvm incoming", AccelKVM, true,
 			[]string{"kvm", "host", "-incoming", "defer", "-S", "console=ttyS0 panic=-1 quiet"},
-			[]string{"tcg,thread=multi,tb-size=256"}},
+			[]string{"tcg,thread=multi,tb-size=128"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

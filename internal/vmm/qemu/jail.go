@@ -36,16 +36,20 @@ const (
 // friends, no fork/exec, no scheduler or affinity changes.
 var sandboxArgs = []string{"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"}
 
-// vmmOverheadMiB is what QEMU needs besides guest RAM: its own heap,
+// vmmOverheadMiB is what QEMU may use besides guest RAM: its own heap and
 // device models, the TCG translation cache (bounded by tcgTBSizeMiB) and
-// the page tables for guest RAM. Measured under TCG on these machines
-// (docs/security.md): VmRSS minus the guest RAM it touched (RssFile of
-// the memory file) stayed under ... MiB after boot and a busy guest.
-const vmmOverheadMiB = 384
+// the kernel memory charged for it (page tables for guest RAM). Measured
+// under TCG here (256 MiB and 1 GiB guests, base template): QEMU's
+// RssAnon is 37 MiB after boot and 65 MiB after fork storms, every
+// busybox applet and a memory hog; its cgroup's peak usage minus the guest
+// RAM it touched was 95 MiB. 128 MiB for that plus the whole translation
+// cache leaves room without letting a leak grow far.
+const vmmOverheadMiB = 256
 
 // tcgTBSizeMiB bounds TCG's translation cache (QEMU's default is 1 GiB,
-// which a fork bomb in the guest fills), so the overhead above holds.
-const tcgTBSizeMiB = 256
+// which code-heavy guests such as a fork bomb fill, growing the VMM by as
+// much), so the overhead above holds.
+const tcgTBSizeMiB = 128
 
 // limits are the VMM's cgroup limits: guest memory plus the measured
 // overhead; threads for the vCPUs, QEMU's own and its I/O pool (up to 64

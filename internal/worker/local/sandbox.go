@@ -367,7 +367,8 @@ func (w *Worker) watch(sb *sandbox, vm vmm.VM) {
 	tail := strings.Join(vm.ConsoleTail(20), "\n")
 	w.log.Warn("sandbox VM exited", "sandbox", sb.spec.ID, "err", vm.Err(), "console", tail)
 	select {
-	case w.exits <- worker.Exit{SandboxID: sb.spec.ID, Err: fmt.Errorf("vmm exited: %v", vm.Err())}:
+	// %w: the class says why (resource_exhausted: its memory limit).
+	case w.exits <- worker.Exit{SandboxID: sb.spec.ID, Err: fmt.Errorf("vmm exited: %w", vm.Err())}:
 	case <-w.closed:
 	}
 }
