@@ -133,7 +133,7 @@ type Worker interface {
 // Lifecycle is the part of a worker that pauses, suspends, wakes and
 // checkpoints sandboxes. internal/worker/local implements it. Every method
 // serialises with the other lifecycle calls on the same sandbox; a call in
-// the wrong state fails with errdefs.ErrFailedPrecondition naming the state
+// the wrong state fails with errdefs.ErrConflict naming the state
 // (the API answers 409 with the current state). Unknown ids fail with
 // errdefs.ErrNotFound.
 type Lifecycle interface {
