@@ -20,9 +20,20 @@ leaks=()
 
 for p in /proc/[0-9]*; do
   cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+  # A jailed VMM's argv[0] is <its state dir>/qemu-system-x86_64.
   case $cmd in
-    *qemu-system*"$tmp"/*) leaks+=("VMM process ${p#/proc/}: ${cmd:0:160}") ;;
+    *qemu-system*"$tmp"/* | "$tmp"/*qemu-system*) leaks+=("VMM process ${p#/proc/}: ${cmd:0:160}") ;;
   esac
+done
+# VMM jails (internal/jail): a cgroup per VMM under a space-vmm parent
+# (/sys/fs/cgroup/space-vmm on cgroup v2; beside the worker's own cgroup in
+# each v1 hierarchy), and the reserved ids in /run/space-jail/ids. Those of
+# a `make run` server are in the baseline.
+while read -r d; do
+  leaks+=("VMM cgroup: $d")
+done < <(find /sys/fs/cgroup -mindepth 2 -maxdepth 12 -type d -path '*/space-vmm/*' 2>/dev/null | sort)
+for f in /run/space-jail/ids/*; do
+  [ -e "$f" ] && leaks+=("VMM jail id: ${f##*/}")
 done
 while read -r _ mnt _; do
   case $mnt in "$tmp"/*) leaks+=("mount: $mnt") ;; esac
@@ -55,4 +66,4 @@ if [ ${#leaks[@]} -gt 0 ]; then
   printf '  %s\n' "${leaks[@]}"
   exit 1
 fi
-echo "leak check: nothing left behind (VMM processes, mounts, loop devices, network namespaces)"
+echo "leak check: nothing left behind (VMM processes, VMM cgroups and ids, mounts, loop devices, network namespaces)"
