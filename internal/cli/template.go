@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
+	"github.com/space-sandbox/space/internal/strictjson"
 )
 
 // strList is a repeatable string flag.
@@ -162,9 +161,8 @@ func loadRecipe(path string) (apiv1.CreateTemplateRequest, error) {
 	if err != nil {
 		return req, usagef("template recipe: %v", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	// strictjson: the message names the recipe's field, not a Go type.
+	if err := strictjson.Decode(b, &req); err != nil {
 		return req, usagef("template recipe %s: %v", path, err)
 	}
 	if req.Name == "" {

@@ -16,7 +16,6 @@
 package template
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/strictjson"
 )
 
 // File names inside a build's directory.
@@ -158,9 +158,8 @@ func LoadRecipe(path string) (BuildRequest, error) {
 		return BuildRequest{}, fmt.Errorf("template recipe %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
 	}
 	var req BuildRequest
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	// strictjson: the message names the recipe's field, not a Go type.
+	if err := strictjson.Decode(b, &req); err != nil {
 		return BuildRequest{}, fmt.Errorf("template recipe %s: %v: %w", path, err, errdefs.ErrInvalidArgument)
 	}
 	if err := ValidName(req.Name); err != nil {
