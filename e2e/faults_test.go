@@ -231,7 +231,10 @@ func checkSandboxesTrue(t *testing.T, c *client, victim string) {
 // and that its filesystem is writable (not left frozen).
 func checkKept(t *testing.T, c *client, id string) {
 	t.Helper()
-	out := mustExec(t, c, id, "cat /root/kept; a=$(cat /root/tick); sleep 1; b=$(cat /root/tick); [ \"$a\" != \"$b\" ] && echo ticking; echo w > /root/written && echo writable")
+	// The ticker writes every 0.2 s; give a starved guest 10 s to show one.
+	out := mustExec(t, c, id, "cat /root/kept; a=$(cat /root/tick); i=0; while [ $i -lt 100 ]; do "+
+		"sleep 0.1; [ \"$a\" != \"$(cat /root/tick)\" ] && echo ticking && break; i=$((i+1)); done; "+
+		"echo w > /root/written && echo writable")
 	for _, want := range []string{"kept", "ticking", "writable"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sandbox %s after restart: %q lacks %q", id, out, want)
