@@ -41,6 +41,11 @@ func isV2() bool {
 	return contains(have, "memory") && contains(have, "pids")
 }
 
+func exists(dir, name string) bool {
+	_, err := os.Stat(filepath.Join(dir, name))
+	return err == nil
+}
+
 func contains(l []string, s string) bool {
 	for _, x := range l {
 		if x == s {
@@ -60,6 +65,11 @@ func cgroupParents() []string {
 	for _, c := range v1Controllers {
 		mnt := filepath.Join(cgroupRoot, c)
 		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
+			continue
+		}
+		// Joining a v1 hierarchy costs a migration (an RCU grace period)
+		// on every start: skip blkio where it offers no weight to set.
+		if c == "blkio" && !exists(mnt, "blkio.weight") && !exists(mnt, "blkio.bfq.weight") {
 			continue
 		}
 		out = append(out, filepath.Join(mnt, own[c], cgroupParent))

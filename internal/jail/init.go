@@ -37,8 +37,12 @@ func init() {
 // enter builds the jail around the calling process and executes c.Path.
 func enter(c config) error {
 	pid := []byte(strconv.Itoa(os.Getpid()))
+	errs := make(chan error, len(c.Cgroups))
 	for _, d := range c.Cgroups {
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), pid, 0); err != nil {
+		go func() { errs <- os.WriteFile(filepath.Join(d, "cgroup.procs"), pid, 0) }()
+	}
+	for range c.Cgroups {
+		if err := <-errs; err != nil {
 			return fmt.Errorf("join cgroup: %v", err)
 		}
 	}
@@ -176,16 +180,24 @@ func enter(c config) error {
 			return fmt.Errorf("drop capability %d: %v", cp, err)
 		}
 	}
-	// The syscall package applies these to every thread of the process.
-	if err := syscall.Setgroups(nil); err != nil {
-		return fmt.Errorf("setgroups: %v", err)
-	}
-	if err := syscall.Setresgid(c.UID, c.UID, c.UID); err != nil {
-		return fmt.Errorf("setresgid: %v", err)
-	}
-	// Leaving uid 0 clears the permitted, effective and ambient sets.
-	if err := syscall.Setresuid(c.UID, c.UID, c.UID); err != nil {
-		return fmt.Errorf("setresuid: %v", err)
+	// Only this thread's credentials change (raw syscalls, not the
+	// syscall package's all-threads versions, which stop the world three
+	// times): execve runs on this thread and ends every other one, which
+	// only ever ran the Go runtime.
+	for _, sc := range []struct {
+		name   string
+		trap   uintptr
+		a1, a2 uintptr
+		a3     uintptr
+	}{
+		{"setgroups", unix.SYS_SETGROUPS, 0, 0, 0},
+		{"setresgid", unix.SYS_SETRESGID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)},
+		// Leaving uid 0 clears the permitted, effective and ambient sets.
+		{"setresuid", unix.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)},
+	} {
+		if _, _, errno := unix.RawSyscall(sc.trap, sc.a1, sc.a2, sc.a3); errno != 0 {
+			return fmt.Errorf("%s: %v", sc.name, errno)
+		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %v", err)
