@@ -62,7 +62,8 @@ func enter(c config) error {
 		dst      string
 		dir      bool
 		writable bool
-		dev      bool
+		dev      bool // device nodes work (no nodev)
+		exec     bool // programs and libraries (no noexec)
 	}
 	var binds []bind
 	add := func(src, dst string, writable, dev bool) error {
@@ -80,6 +81,7 @@ func enter(c config) error {
 	if err := add("/usr", "usr", false, false); err != nil {
 		return err
 	}
+	binds[0].exec = true
 	for _, d := range []string{"null", "zero", "urandom"} {
 		if err := add("/dev/"+d, "dev/"+d, true, true); err != nil {
 			return err
@@ -104,6 +106,7 @@ func enter(c config) error {
 			if err := add("/"+l, l, false, false); err != nil {
 				return err
 			}
+			binds[len(binds)-1].exec = true
 		}
 	}
 
@@ -135,7 +138,7 @@ func enter(c config) error {
 		if !b.dev {
 			flags |= unix.MS_NODEV
 		}
-		if b.dst != "usr" && !strings.HasPrefix(b.dst, "lib") && b.dst != "bin" && b.dst != "sbin" {
+		if !b.exec {
 			flags |= unix.MS_NOEXEC
 		}
 		if err := unix.Mount("", dst, "", flags, ""); err != nil {

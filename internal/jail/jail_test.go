@@ -49,8 +49,11 @@ func TestJailedProcess(t *testing.T) {
 		Files: []jail.File{{Name: "data", Source: data, Writable: true}},
 		Own:   []string{data},
 		Path:  "/usr/bin/sh",
-		// Prints what it sees of its root, then waits for stdin to close.
-		Args:       []string{"sh", "-c", "echo /*; cat /data; echo; read x <&3; exit 3"},
+		// Prints what it sees of its root, tries to write where it must
+		// not, then waits for fd 3 to say stop.
+		Args: []string{"sh", "-c", "echo /*; cat /data; echo; " +
+			"touch /x 2>/dev/null && echo ROOT-WRITABLE; touch /usr/x 2>/dev/null && echo USR-WRITABLE; " +
+			"echo more >> /data || echo DATA-READONLY; read x <&3; exit 3"},
 		ExtraFiles: []*os.File{in},
 		Stdout:     out, Stderr: out,
 		Limits: want,
@@ -83,8 +86,17 @@ func TestJailedProcess(t *testing.T) {
 		t.Fatal("jailed shell did not exit")
 	}
 	b, _ := os.ReadFile(out.Name())
-	if got := string(b); !strings.Contains(got, "/bin /data /dev /lib /lib64 /sbin /usr") || !strings.Contains(got, "mine") {
+	got := string(b)
+	if !strings.Contains(got, "/bin /data /dev /lib /lib64 /sbin /usr") || !strings.Contains(got, "mine") {
 		t.Errorf("jailed shell saw %q", got)
+	}
+	for _, bad := range []string{"ROOT-WRITABLE", "USR-WRITABLE", "DATA-READONLY"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("jailed shell: %s (%q)", bad, got)
+		}
+	}
+	if d, _ := os.ReadFile(data); string(d) != "minemore\n" {
+		t.Errorf("writable file holds %q", d)
 	}
 	j.State.Release()
 	for _, d := range j.State.Cgroups {
