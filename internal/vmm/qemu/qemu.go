@@ -1,10 +1,11 @@
 // Package qemu is the VMM driver that runs each VM as a qemu-system-x86_64
 // microvm process, controlled over QMP on a unix socket in the VM's StateDir.
 //
-// It owns the VMM processes it starts (each in its own process group, not
-// tied to the worker's life so a restarted worker can adopt them) and the
-// files it names in StateDir. It does not own disks, kernels, initrds or
-// memory files: those belong to the caller.
+// It owns the VMM processes it starts (each jailed, see jail.go, in its own
+// process group, not tied to the worker's life so a restarted worker can
+// adopt them) and the files it names in StateDir. It does not own disks,
+// kernels, initrds or memory files: those belong to the caller (the jail
+// chowns the memory file and writable disks to the VMM's uid).
 package qemu
 
 import (
@@ -127,8 +128,8 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 			return nil, fmt.Errorf("qemu: state dir path too long for a unix socket (%d bytes): %w", len(p), errdefs.ErrInvalidArgument)
 		}
 	}
-	// QEMU runs in StateDir (so socket paths stay short); make the
-	// caller's paths absolute.
+	// The jail binds the caller's files by their host paths (the worker
+	// binds the sockets); make them absolute.
 	if spec, err = absPaths(spec); err != nil {
 		return nil, fmt.Errorf("qemu: %w: %v", errdefs.ErrInvalidArgument, err)
 	}
@@ -274,8 +275,6 @@ func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool, h *handout
 	return a
 }
 
-// optEscape escapes a value inside a QEMU key=value,... option.
-func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 // Recover implements vmm.Driver.
 func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
