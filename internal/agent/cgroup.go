@@ -25,8 +25,9 @@ import (
 // the agent runs.
 type cgroups struct {
 	root string
-	// perCommandPids bounds one command's cgroup below the shared bound, so
-	// a fork bomb in one command leaves room to start another (a kill).
+	// perCommandPids bounds one command's cgroup to half the shared bound,
+	// so a fork bomb in one command leaves room for the others and for new
+	// ones (a check, a kill).
 	perCommandPids int
 	n              atomic.Uint64
 }
@@ -38,11 +39,10 @@ type cgroups struct {
 // the agent's threads and kernel threads too). Tasks are also bounded by
 // the guest's size, pidsPerMiB, as each costs kernel memory.
 const (
-	reserveMem       = 64 << 20
-	reservePids      = 128
-	pidsPerMiB       = 4
-	minCommandPids   = 64
-	perCommandMargin = 16
+	reserveMem     = 64 << 20
+	reservePids    = 128
+	pidsPerMiB     = 4
+	minCommandPids = 64
 	// commandsCPUWeight is the commands' share against the agent's threads,
 	// which run in the root cgroup at the default weight of a nice-0 task
 	// each (100 here is the default; lower means the agent wins under load).
@@ -88,7 +88,7 @@ func newCgroups(root string, log *slog.Logger) *cgroups {
 	}
 	if lim.pids > 0 {
 		set("pids.max", strconv.Itoa(lim.pids))
-		c.perCommandPids = max(lim.pids-perCommandMargin, minCommandPids/2)
+		c.perCommandPids = max(lim.pids/2, minCommandPids)
 	}
 	_ = os.WriteFile(filepath.Join(root, "cpu.weight"), []byte(strconv.Itoa(commandsCPUWeight)), 0)
 	log.Info("command cgroup limits", "memory_max", lim.memory, "pids_max", lim.pids, "per_command_pids", c.perCommandPids)

@@ -24,8 +24,9 @@ import (
 const (
 	// deadlineGrace is how long after its timeout a command may still take
 	// to report its exit (the agent's own kill and the exit event's way
-	// out) before the server decides.
-	deadlineGrace = 5 * time.Second
+	// out) before the server decides. Under TCG a guest reaping hundreds of
+	// killed processes takes seconds to report.
+	deadlineGrace = 10 * time.Second
 	// agentCallTimeout bounds one unary agent call made for a request.
 	agentCallTimeout = 30 * time.Second
 	// refreshBudget bounds the agent calls one read of commands makes to
@@ -34,13 +35,16 @@ const (
 	refreshBudget = 5 * time.Second
 	// probeTimeout bounds the last question to the agent once a deadline
 	// passed.
-	probeTimeout = 3 * time.Second
+	probeTimeout = 5 * time.Second
 )
 
 // commandDeadline is when the server ends c itself unless the agent has
 // reported its exit: its timeout after it started (the guest's start time,
 // set from the host's clock at boot and restore), plus grace.
 func commandDeadline(c *store.Command) (time.Time, bool) {
+	if c.State == store.CommandExited {
+		return time.Time{}, false // a replay: the exit is known
+	}
 	var spec agentproto.ProcessSpec
 	if json.Unmarshal(c.Spec, &spec) != nil || spec.TimeoutSeconds <= 0 {
 		return time.Time{}, false
