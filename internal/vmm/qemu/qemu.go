@@ -275,7 +275,6 @@ func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool, h *handout
 	return a
 }
 
-
 // Recover implements vmm.Driver.
 func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 	rec, err := readRecord(stateDir)
