@@ -145,3 +145,44 @@ func BenchmarkPlainExec(b *testing.B) {
 		}
 	}
 }
+
+// TestSweep: a jail whose process died while nobody watched (its worker
+// crashed) is released by the next Sweep; a live one is left alone.
+func TestSweep(t *testing.T) {
+	requireRoot(t)
+	start := func(args ...string) *jail.Jail {
+		j, err := jail.Start(jail.Spec{Root: t.TempDir(), Path: "/usr/bin/sh", Args: append([]string{"sh", "-c"}, args...),
+			Limits: jail.Limits{MemoryBytes: 64 << 20, PIDs: 8, CPUs: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	dead := start("exit 0")
+	if err := dead.Cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	live := start("sleep 60")
+	t.Cleanup(func() {
+		live.State.Kill()
+		_ = live.Cmd.Wait()
+		live.State.Release()
+	})
+	jail.Sweep()
+	if jail.InUse(dead.State.UID) {
+		t.Errorf("dead jail's id %d not swept", dead.State.UID)
+	}
+	for _, d := range dead.State.Cgroups {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("dead jail's cgroup %s not swept (%v)", d, err)
+		}
+	}
+	if !jail.InUse(live.State.UID) {
+		t.Errorf("live jail's id %d swept", live.State.UID)
+	}
+	for _, d := range live.State.Cgroups {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("live jail's cgroup %s swept (%v)", d, err)
+		}
+	}
+}
