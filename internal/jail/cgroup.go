@@ -266,6 +266,19 @@ func oomKills(dirs []string) int {
 	return 0
 }
 
+// peakMemory is the most memory the jail's cgroup has been charged.
+func peakMemory(dirs []string) int64 {
+	for _, d := range dirs {
+		for _, f := range []string{"memory.peak", "memory.max_usage_in_bytes"} {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+				n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
 // killCgroups SIGKILLs everything in the jail's cgroups.
 func killCgroups(dirs []string) {
 	for _, d := range dirs {

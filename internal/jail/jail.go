@@ -212,5 +212,8 @@ func (s State) Kill() { killCgroups(s.Cgroups) }
 // OOMKilled reports whether the jail's memory limit killed a process.
 func (s State) OOMKilled() bool { return oomKills(s.Cgroups) > 0 }
 
+// PeakMemory is the most memory the jail has been charged, in bytes.
+func (s State) PeakMemory() int64 { return peakMemory(s.Cgroups) }
+
 // Limits reads back the limits the jail's cgroups enforce.
 func (s State) Limits() (Limits, error) { return readLimits(s.Cgroups) }
