@@ -35,8 +35,8 @@ type httpFuzz struct {
 	// matched tells whether a request matches one of the documented
 	// routes (a mux holding their patterns only).
 	matched *http.ServeMux
-	carol   string // tenant id
-	tmp     string // the harness's temp dir, which no answer may name
+	carol   string     // tenant id
+	tmp     string     // the harness's temp dir, which no answer may name
 	logs    *lockedBuf // the server's warnings and errors
 }
 
