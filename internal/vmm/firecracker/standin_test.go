@@ -1,0 +1,701 @@
+package firecracker
+
+// The stand-in for the Firecracker process. No Firecracker can run where
+// these tests run, so the driver's launch is replaced (standinLaunch) by a
+// re-execution of the test binary that serves Firecracker's API on the
+// socket the driver names, from inside the view the jail would give it
+// (paths are the jail's, resolved through the jail.Spec the driver built).
+//
+// Every request is checked against the API specification
+// (testdata/firecracker-api.yaml, Swagger 2.0, converted to OpenAPI 3 and
+// validated with kin-openapi's openapi3filter; objects are closed, as
+// Firecracker's own parser rejects unknown fields), and every answer the
+// stand-in gives is checked against it too. On top of the schema, the
+// stand-in keeps Firecracker's state rules (pre-boot resources only before
+// InstanceStart, /snapshot/load only on a fresh process, snapshots only of
+// a paused VM, PATCH /vm only after boot) and answers a request it refuses
+// as Firecracker does: 400 with an Error body. Each request is logged as a
+// JSON line for the tests to read; a request that breaks the spec is
+// logged with its violation.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi2"
+	"github.com/getkin/kin-openapi/openapi2conv"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"golang.org/x/sys/unix"
+
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/jail"
+)
+
+const (
+	envStandin   = "SPACE_FC_STANDIN"
+	specFile     = "testdata/firecracker-api.yaml"
+	standinGreet = "stand-in agent ready"
+)
+
+// standinConfig is what the test hands the stand-in process.
+type standinConfig struct {
+	Spec  string      `json:"spec"` // absolute path of the API spec
+	Log   string      `json:"log"`  // request log (JSON lines)
+	Files []jail.File `json:"files"`
+	// Fail answers the first request "METHOD /path" with a 400.
+	Fail string `json:"fail,omitempty"`
+	// Hang holds the first request "METHOD /path" without answering.
+	Hang string `json:"hang,omitempty"`
+}
+
+// call is one logged request.
+type call struct {
+	Method    string          `json:"method"`
+	Path      string          `json:"path"`
+	Body      json.RawMessage `json:"body,omitempty"`
+	Status    int             `json:"status"`
+	Fault     string          `json:"fault,omitempty"`
+	Violation string          `json:"violation,omitempty"`
+	// Resolved maps each jail path in the request to its host source, with
+	// "(rw)" appended when the jail binds it writable.
+	Resolved map[string]string `json:"resolved,omitempty"`
+}
+
+func (c call) String() string { return c.Method + " " + c.Path }
+
+// standinLaunch returns a launch that starts the stand-in with cfg (Log and
+// Spec filled in) in place of the jailed VMM.
+func standinLaunch(t *testing.T, cfg standinConfig) launch {
+	return func(js jail.Spec, netns *os.File) (*exec.Cmd, jail.State, error) {
+		c := cfg
+		c.Files = js.Files
+		b, err := json.Marshal(c)
+		if err != nil {
+			return nil, jail.State{}, err
+		}
+		cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$"}, js.Args[1:]...)...)
+		cmd.Env = append(os.Environ(), envStandin+"="+string(b))
+		cmd.Stdout, cmd.Stderr = js.Stdout, js.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if netns == nil {
+			return cmd, jail.State{}, cmd.Start()
+		}
+		// As the jail will once it can: the VMM runs in the tap's namespace.
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // not unlocked: the thread leaves its namespace with it
+			if err := unix.Setns(int(netns.Fd()), unix.CLONE_NEWNET); err != nil {
+				errc <- err
+				return
+			}
+			errc <- cmd.Start()
+		}()
+		return cmd, jail.State{}, <-errc
+	}
+}
+
+// readCalls reads the stand-in's request log.
+func readCalls(t *testing.T, path string) []call {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var calls []call
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var c call
+		if err := json.Unmarshal(line, &c); err != nil {
+			t.Fatalf("stand-in log line %q: %v", line, err)
+		}
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+// runStandin is the stand-in process's main.
+func runStandin(raw string) {
+	var cfg standinConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in: config:", err)
+		os.Exit(2)
+	}
+	var apiSock, id string
+	args := os.Args[1:]
+	for i := 0; i < len(args); i++ {
+		switch args[i] {
+		case "--api-sock":
+			i++
+			apiSock = args[i]
+		case "--id":
+			i++
+			id = args[i]
+		case "-test.run=^$":
+		default:
+			fmt.Fprintln(os.Stderr, "stand-in: unknown firecracker argument", args[i])
+			os.Exit(2)
+		}
+	}
+	s, err := newStandin(cfg, id)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in:", err)
+		os.Exit(2)
+	}
+	host, _, err := s.resolve(apiSock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in: --api-sock:", err)
+		os.Exit(2)
+	}
+	l, err := net.Listen("unix", host)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in:", err)
+		os.Exit(2)
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	_ = srv.Serve(l)
+	os.Exit(1)
+}
+
+// loadSpec reads the Swagger 2.0 spec and converts it to OpenAPI 3, with
+// every object schema closed to unknown properties.
+func loadSpec(path string) (*openapi3.T, routers.Router, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var doc2 openapi2.T
+	if err := openapi2.UnmarshalFromData(b, &doc2); err != nil {
+		return nil, nil, fmt.Errorf("parse spec: %w", err)
+	}
+	doc, err := openapi2conv.ToV3(&doc2)
+	if err != nil {
+		return nil, nil, fmt.Errorf("convert spec: %w", err)
+	}
+	closed := false
+	for _, ref := range doc.Components.Schemas {
+		if s := ref.Value; s != nil && s.Type.Is(openapi3.TypeObject) && s.AdditionalProperties.Has == nil && s.AdditionalProperties.Schema == nil {
+			s.AdditionalProperties = openapi3.AdditionalProperties{Has: openapi3.Ptr(false)}
+			closed = true
+		}
+	}
+	if !closed {
+		return nil, nil, fmt.Errorf("spec has no object schemas")
+	}
+	doc.Servers = nil
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, nil, fmt.Errorf("spec does not validate: %w", err)
+	}
+	r, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return doc, r, nil
+}
+
+type standin struct {
+	cfg    standinConfig
+	id     string
+	router routers.Router
+
+	mu       sync.Mutex
+	log      *os.File
+	failed   bool
+	hung     bool
+	state    string // "Not started", "Running", "Paused"
+	loaded   bool
+	config   map[string]json.RawMessage // pre-boot resources by path
+	vsockL   net.Listener
+	memMiB   int
+	snapshot *standinSnapshot
+}
+
+// standinSnapshot is what the stand-in writes as snapshot_path: what a
+// real VM state file records of the devices.
+type standinSnapshot struct {
+	MemMiB int               `json:"mem_mib"`
+	Ifaces map[string]string `json:"ifaces"` // iface_id -> host_dev_name
+	Vsock  string            `json:"vsock"`
+	Drives map[string]string `json:"drives"`
+}
+
+func newStandin(cfg standinConfig, id string) (*standin, error) {
+	_, r, err := loadSpec(cfg.Spec)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(cfg.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &standin{cfg: cfg, id: id, router: r, log: f, state: infoNotStarted, config: map[string]json.RawMessage{}, memMiB: 128}, nil
+}
+
+// resolve maps a path in the jail to the host path it is bound from, and
+// whether the jail binds it writable.
+func (s *standin) resolve(p string) (string, bool, error) {
+	if !filepath.IsAbs(p) {
+		return "", false, fmt.Errorf("path %q is not absolute", p)
+	}
+	first, rest, _ := strings.Cut(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
+	for _, f := range s.cfg.Files {
+		if f.Name != first {
+			continue
+		}
+		if rest == "" {
+			return f.Source, f.Writable, nil
+		}
+		return filepath.Join(f.Source, rest), f.Writable, nil
+	}
+	return "", false, fmt.Errorf("path %q is not in the jail", p)
+}
+
+// answer is the stand-in's reply to one request.
+type answer struct {
+	status int
+	body   any
+}
+
+func fault(format string, args ...any) answer {
+	return answer{http.StatusBadRequest, apiError{FaultMessage: fmt.Sprintf(format, args...)}}
+}
+
+var noContent = answer{status: http.StatusNoContent}
+
+func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	c := call{Method: r.Method, Path: r.URL.Path, Resolved: map[string]string{}}
+	if len(body) > 0 {
+		c.Body = json.RawMessage(body)
+	}
+	var ans answer
+	route, params, err := s.router.FindRoute(r)
+	switch {
+	case err != nil:
+		c.Violation = "no such operation in the spec: " + err.Error()
+		ans = fault("Invalid request method and/or path: %s %s", r.Method, r.URL.Path)
+	case len(body) > 0 && r.Header.Get("Content-Type") != "application/json":
+		c.Violation = "body without Content-Type application/json"
+		ans = fault("bad content type")
+	default:
+		in := &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+		if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
+			c.Violation = "request does not match the spec: " + err.Error()
+			ans = fault("An error occurred when deserializing the json body of a request: %v", err)
+		} else {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			s.mu.Lock()
+			if s.cfg.Hang == c.String() && !s.hung {
+				s.hung = true
+				s.mu.Unlock()
+				s.write(c)
+				<-r.Context().Done()
+				return
+			}
+			if s.cfg.Fail == c.String() && !s.failed {
+				s.failed = true
+				ans = fault("stand-in: injected failure of %s", c.String())
+			} else {
+				ans = s.handle(r.Method, r.URL.Path, body, &c)
+			}
+			s.mu.Unlock()
+			// The answer must match the spec too.
+			var rb []byte
+			if ans.body != nil {
+				rb, _ = json.Marshal(ans.body)
+			}
+			rin := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: ans.status,
+				Header:  http.Header{"Content-Type": {"application/json"}},
+				Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+			rin.SetBodyBytes(rb)
+			if err := openapi3filter.ValidateResponse(r.Context(), rin); err != nil {
+				c.Violation = "stand-in answer does not match the spec: " + err.Error()
+			}
+		}
+	}
+	c.Status = ans.status
+	if e, ok := ans.body.(apiError); ok {
+		c.Fault = e.FaultMessage
+	}
+	s.write(c)
+	if ans.body == nil {
+		w.WriteHeader(ans.status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ans.status)
+	_ = json.NewEncoder(w).Encode(ans.body)
+}
+
+func (s *standin) write(c call) {
+	b, _ := json.Marshal(c)
+	_, _ = s.log.Write(append(b, '\n'))
+}
+
+// preBoot are the resources Firecracker takes before InstanceStart only.
+var preBoot = map[string]bool{"/machine-config": true, "/boot-source": true, "/vsock": true, "/entropy": true}
+
+func isPreBoot(path string) bool {
+	return preBoot[path] || strings.HasPrefix(path, "/drives/") || strings.HasPrefix(path, "/network-interfaces/")
+}
+
+// handle keeps Firecracker's rules; s.mu is held. Paths named in bodies
+// are resolved through the jail; c.Resolved records them.
+func (s *standin) handle(method, path string, body []byte, c *call) answer {
+	resolve := func(p string) (string, bool, error) {
+		h, w, err := s.resolve(p)
+		if err == nil {
+			if w {
+				c.Resolved[p] = h + " (rw)"
+			} else {
+				c.Resolved[p] = h
+			}
+		}
+		return h, w, err
+	}
+	started := s.state != infoNotStarted
+	switch {
+	case method == "GET" && path == "/":
+		return answer{200, instanceInfo{AppName: "Firecracker", ID: s.id, State: s.state, VMMVersion: "1.16.1"}}
+	case method == "GET" && path == "/version":
+		return answer{200, map[string]string{"firecracker_version": "1.16.1"}}
+	case method == "PUT" && path == "/logger":
+		var l logger
+		_ = json.Unmarshal(body, &l)
+		h, w, err := resolve(l.LogPath)
+		if err != nil || !w {
+			return fault("Logger error: cannot open %s: %v", l.LogPath, err)
+		}
+		if _, err := os.Stat(h); err != nil {
+			return fault("Logger error: %v", err)
+		}
+		return noContent
+	case method == "PUT" && isPreBoot(path):
+		if started || s.loaded {
+			return fault("The requested operation is not supported after starting the microVM.")
+		}
+		if a, ok := s.checkResource(path, body, resolve); !ok {
+			return a
+		}
+		s.config[path] = body
+		return noContent
+	case method == "PUT" && path == "/actions":
+		var a instanceAction
+		_ = json.Unmarshal(body, &a)
+		if a.ActionType != actionInstanceStart {
+			return fault("stand-in: action %s not supported", a.ActionType)
+		}
+		if started || s.loaded {
+			return fault("The requested operation is not supported after starting the microVM.")
+		}
+		return s.instanceStart(resolve)
+	case method == "PATCH" && path == "/vm":
+		if !started {
+			return fault("The requested operation is not supported before starting the microVM.")
+		}
+		var v vmState
+		_ = json.Unmarshal(body, &v)
+		if v.State == statePaused {
+			s.state = infoPaused
+		} else {
+			s.state = infoRunning
+		}
+		return noContent
+	case method == "PUT" && path == "/snapshot/create":
+		if !started {
+			return fault("The requested operation is not supported before starting the microVM.")
+		}
+		if s.state != infoPaused {
+			return fault("Cannot create snapshot: the microVM is not paused.")
+		}
+		return s.createSnapshot(body, resolve)
+	case method == "PUT" && path == "/snapshot/load":
+		if started || s.loaded || len(s.config) > 0 {
+			return fault("Loading a microVM snapshot not allowed after configuring boot-specific resources.")
+		}
+		return s.loadSnapshot(body, resolve)
+	}
+	return fault("stand-in: %s %s is in the spec but not emulated", method, path)
+}
+
+type resolver func(string) (string, bool, error)
+
+// checkResource checks what Firecracker checks when a pre-boot resource is
+// put: that its files open as asked, that its ids match the path.
+func (s *standin) checkResource(path string, body []byte, resolve resolver) (answer, bool) {
+	switch {
+	case path == "/machine-config":
+		var m machineConfig
+		_ = json.Unmarshal(body, &m)
+		if m.VCPUCount > 1 && m.SMT && m.VCPUCount%2 == 1 {
+			return fault("The vCPU number is invalid!"), false
+		}
+		s.memMiB = m.MemSizeMiB
+	case path == "/boot-source":
+		var b bootSource
+		_ = json.Unmarshal(body, &b)
+		if _, _, err := resolve(b.KernelImagePath); err != nil {
+			return fault("The kernel file cannot be opened: %v", err), false
+		}
+		if b.InitrdPath != "" {
+			if _, _, err := resolve(b.InitrdPath); err != nil {
+				return fault("The initrd file cannot be opened: %v", err), false
+			}
+		}
+	case strings.HasPrefix(path, "/drives/"):
+		var d drive
+		_ = json.Unmarshal(body, &d)
+		if d.DriveID != strings.TrimPrefix(path, "/drives/") {
+			return fault("The id from the path does not match the id from the body!"), false
+		}
+		h, w, err := resolve(d.PathOnHost)
+		if err != nil {
+			return fault("Unable to open the drive: %v", err), false
+		}
+		if !d.IsReadOnly && !w {
+			return fault("Unable to open the drive %s read-write: Read-only file system", d.PathOnHost), false
+		}
+		if _, err := os.Stat(h); err != nil {
+			return fault("Unable to open the drive: %v", err), false
+		}
+	case strings.HasPrefix(path, "/network-interfaces/"):
+		var n networkInterface
+		_ = json.Unmarshal(body, &n)
+		if n.IfaceID != strings.TrimPrefix(path, "/network-interfaces/") {
+			return fault("The id from the path does not match the id from the body!"), false
+		}
+		if err := tapExists(n.HostDevName); err != nil {
+			return fault("Open tap device failed: %v", err), false
+		}
+	case path == "/vsock":
+		var v vsock
+		_ = json.Unmarshal(body, &v)
+		if _, w, err := resolve(v.UDSPath); err != nil || !w {
+			return fault("Cannot create backend for vsock device: %s is not writable (%v)", v.UDSPath, err), false
+		}
+	}
+	return answer{}, true
+}
+
+// tapExists checks that a tap of that name is in the stand-in's network
+// namespace (the one the VMM runs in).
+func tapExists(name string) error {
+	if name == "" {
+		return fmt.Errorf("empty name")
+	}
+	_, err := net.InterfaceByName(name)
+	return err
+}
+
+func (s *standin) instanceStart(resolve resolver) answer {
+	raw, ok := s.config["/boot-source"]
+	if !ok {
+		return fault("Cannot start microvm without kernel configuration.")
+	}
+	var b bootSource
+	_ = json.Unmarshal(raw, &b)
+	h, _, _ := resolve(b.KernelImagePath)
+	head := make([]byte, 4)
+	if f, err := os.Open(h); err == nil {
+		_, _ = io.ReadFull(f, head)
+		f.Close()
+	}
+	if string(head) != "\x7fELF" {
+		return fault("Cannot load kernel due to invalid memory configuration or invalid kernel image: Kernel Loader: failed to load ELF kernel image")
+	}
+	if a, ok := s.bindVsock(s.vsockPath(), resolve); !ok {
+		return a
+	}
+	s.state = infoRunning
+	fmt.Println("[    0.000000] Linux version stand-in (Firecracker API stand-in)")
+	if b.InitrdPath == "" && !strings.Contains(b.BootArgs, "root=") {
+		// A kernel with nothing to mount panics, and panic=-1 reboot=k
+		// makes Firecracker exit.
+		fmt.Println("[    0.100000] Kernel panic - not syncing: " + probeMarker + " on unknown-block(0,0)")
+		if strings.Contains(b.BootArgs, "panic=-1") && strings.Contains(b.BootArgs, "reboot=k") {
+			go func() { time.Sleep(100 * time.Millisecond); os.Exit(0) }()
+		}
+	}
+	return noContent
+}
+
+func (s *standin) vsockPath() string {
+	var v vsock
+	if raw, ok := s.config["/vsock"]; ok {
+		_ = json.Unmarshal(raw, &v)
+	}
+	return v.UDSPath
+}
+
+// bindVsock listens on the hybrid vsock socket and plays the guest agent
+// behind it: CONNECT to the agent's port is answered OK and then a
+// greeting line; other ports are refused by closing, as Firecracker does.
+func (s *standin) bindVsock(jailPath string, resolve resolver) (answer, bool) {
+	if jailPath == "" {
+		return answer{}, true
+	}
+	h, w, err := resolve(jailPath)
+	if err != nil || !w {
+		return fault("Cannot create backend for vsock device: %v", err), false
+	}
+	l, err := net.Listen("unix", h)
+	if err != nil {
+		return fault("Cannot create backend for vsock device: %v", err), false
+	}
+	s.vsockL = l
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
+				if err != nil {
+					return
+				}
+				port, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "CONNECT ")))
+				if !strings.HasPrefix(line, "CONNECT ") || err != nil || port != agentproto.VsockPort {
+					return
+				}
+				fmt.Fprintf(c, "OK 1073741824\n%s\n", standinGreet)
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return answer{}, true
+}
+
+func (s *standin) createSnapshot(body []byte, resolve resolver) answer {
+	var p snapshotCreate
+	_ = json.Unmarshal(body, &p)
+	if p.SnapshotType != "" && p.SnapshotType != snapshotFull {
+		return fault("stand-in: only full snapshots")
+	}
+	sh, sw, err := resolve(p.SnapshotPath)
+	if err != nil || !sw {
+		return fault("Cannot create snapshot: cannot open the snapshot file: %v", err)
+	}
+	mh, mw, err := resolve(p.MemFilePath)
+	if err != nil || !mw {
+		return fault("Cannot create snapshot: cannot open the memory file: %v", err)
+	}
+	snap := standinSnapshot{MemMiB: s.memMiB, Ifaces: map[string]string{}, Drives: map[string]string{}, Vsock: s.vsockPath()}
+	if s.snapshot != nil {
+		snap = *s.snapshot
+	}
+	for k, raw := range s.config {
+		switch {
+		case strings.HasPrefix(k, "/network-interfaces/"):
+			var n networkInterface
+			_ = json.Unmarshal(raw, &n)
+			snap.Ifaces[n.IfaceID] = n.HostDevName
+		case strings.HasPrefix(k, "/drives/"):
+			var d drive
+			_ = json.Unmarshal(raw, &d)
+			snap.Drives[d.DriveID] = d.PathOnHost
+		}
+	}
+	b, _ := json.Marshal(snap)
+	if err := os.WriteFile(sh, b, 0o600); err != nil {
+		return fault("Cannot create snapshot: %v", err)
+	}
+	f, err := os.OpenFile(mh, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fault("Cannot create snapshot: %v", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(snap.MemMiB) << 20); err != nil {
+		return fault("Cannot create snapshot: %v", err)
+	}
+	return noContent
+}
+
+func (s *standin) loadSnapshot(body []byte, resolve resolver) answer {
+	var p snapshotLoad
+	_ = json.Unmarshal(body, &p)
+	var raw map[string]json.RawMessage
+	_ = json.Unmarshal(body, &raw)
+	_, hasMem := raw["mem_backend"]
+	_, hasOld := raw["mem_file_path"]
+	if hasMem == hasOld {
+		return fault("Exactly one of mem_file_path and mem_backend must be given.")
+	}
+	sh, _, err := resolve(p.SnapshotPath)
+	if err != nil {
+		return fault("Load snapshot error: cannot open the snapshot file: %v", err)
+	}
+	b, err := os.ReadFile(sh)
+	if err != nil {
+		return fault("Load snapshot error: %v", err)
+	}
+	var snap standinSnapshot
+	if err := json.Unmarshal(b, &snap); err != nil {
+		return fault("Load snapshot error: the microVM state is corrupt: %v", err)
+	}
+	if p.MemBackend.BackendType != backendFile {
+		return fault("stand-in: only the File memory backend")
+	}
+	mh, _, err := resolve(p.MemBackend.BackendPath)
+	if err != nil {
+		return fault("Load snapshot error: cannot open the memory file: %v", err)
+	}
+	st, err := os.Stat(mh)
+	if err != nil || st.Size() != int64(snap.MemMiB)<<20 {
+		return fault("Load snapshot error: the memory file does not match the snapshot's memory size (%v)", err)
+	}
+	for _, o := range p.NetworkOverrides {
+		if _, ok := snap.Ifaces[o.IfaceID]; !ok {
+			return fault("Load snapshot error: network override for unknown interface %s", o.IfaceID)
+		}
+		if err := tapExists(o.HostDevName); err != nil {
+			return fault("Load snapshot error: open tap device failed: %v", err)
+		}
+		snap.Ifaces[o.IfaceID] = o.HostDevName
+	}
+	for id, dev := range snap.Ifaces {
+		if err := tapExists(dev); err != nil {
+			return fault("Load snapshot error: interface %s: open tap device failed: %v", id, err)
+		}
+	}
+	for id, path := range snap.Drives {
+		if _, _, err := resolve(path); err != nil {
+			return fault("Load snapshot error: drive %s: %v", id, err)
+		}
+	}
+	if p.VsockOverride != nil {
+		snap.Vsock = p.VsockOverride.UDSPath
+	}
+	if a, ok := s.bindVsock(snap.Vsock, resolve); !ok {
+		return a
+	}
+	s.snapshot, s.memMiB, s.loaded = &snap, snap.MemMiB, true
+	s.state = infoPaused
+	if p.ResumeVM {
+		s.state = infoRunning
+	}
+	return noContent
+}
