@@ -9,12 +9,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/space-sandbox/space/internal/agentproto"
 )
 
 // RunInit is the whole life of the agent as the guest's PID 1: boot, serve
-// the link on the virtio-serial port, and power off on SIGTERM (or when
+// the link (vsock or virtio-serial port), and power off on SIGTERM (or when
 // something fatal happens; PID 1 must never simply exit).
 func RunInit(log *slog.Logger, version string) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -42,21 +40,7 @@ func RunInit(log *slog.Logger, version string) {
 		Logger: log, Version: version, Privileged: true,
 		CgroupRoot: "/sys/fs/cgroup/space-agent", FreezePath: "/",
 	})
-	var dev string
-	for dev == "" && ctx.Err() == nil {
-		var err error
-		if dev, err = FindPort(agentproto.PortName); err != nil {
-			log.Warn("waiting for agent port", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
-	if dev != "" {
-		log.Info("agent serving", "port", dev)
-		_ = a.ServePort(ctx, dev)
-	}
+	a.waitLink(ctx, log) // vsock (Firecracker) or the virtio-serial port (QEMU): vsock.go
 	PowerOff(log)
 }
 
