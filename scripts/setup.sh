@@ -143,7 +143,43 @@ check_host() {
   fi
 }
 
+# --- Client SDK tests (issue 14): the Python SDK's pip install check and the
+# MCP TypeScript client. Kept apart from PACKAGES above on purpose.
+# python3-pip brings Debian's setuptools and wheel, so `pip install
+# --no-build-isolation ./sdk/python` works offline; e2e/mcp-client holds the
+# official MCP TypeScript SDK, pinned by its package-lock.json and installed
+# with `npm ci --ignore-scripts`, only when the lockfile changed.
+CLIENT_PACKAGES=(python3-pip)
+setup_client_sdks() {
+  local p status missing=()
+  for p in "${CLIENT_PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [[ $status == installed ]] || missing+=("$p")
+  done
+  if ! command -v npm >/dev/null 2>&1; then
+    missing+=(nodejs npm)
+  fi
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    apt_update
+    log "installing: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  local dir stamp want
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/e2e/mcp-client"
+  stamp="$dir/node_modules/.space-lock-sha256"
+  want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [[ -f $stamp && $(cat "$stamp") == "$want" && ${SPACE_SETUP_FORCE:-0} != 1 ]]; then
+    log "mcp-client: node modules installed"
+    return
+  fi
+  log "mcp-client: npm ci"
+  (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+  printf '%s\n' "$want" >"$stamp"
+}
+# --- end of the client SDK block
+
 install_packages
 fetch_kernel
 check_host
+setup_client_sdks
 log "ready (kernel cache: $KERNEL_DIR)"

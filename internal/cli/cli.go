@@ -58,6 +58,8 @@ Every command accepts --json.
   space admin tenant create NAME
   space admin key create TENANT [--admin]
   space admin key delete KEY_ID
+  space mcp [--http ADDR]   serve SPACE's tools to an MCP client (stdio, or
+                            streamable HTTP with a SPACE key as bearer token)
 `
 
 // exitError carries a process exit code through the command functions.
@@ -172,6 +174,8 @@ func dispatch(ctx context.Context, args []string, env *Env) error {
 		return execCmd(ctx, args[1:], env)
 	case "admin":
 		return admin(ctx, args[1:], env)
+	case "mcp":
+		return mcpCmd(ctx, args[1:], env)
 	}
 	return usagef("unknown command %q", strings.Join(args[:min(len(args), 2)], " "))
 }
