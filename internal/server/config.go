@@ -28,6 +28,9 @@ type Config struct {
 	KernelDir   string // cache of Debian's cloud kernel (make setup fills it)
 	AgentBinary string // static space-agent; default: beside the spaced binary
 	QEMUBinary  string // default: qemu-system-x86_64 on PATH
+	// VMM is the driver sandboxes run in: qemu or firecracker (KVM hosts).
+	VMM               string
+	FirecrackerBinary string // default: firecracker on PATH
 
 	// TemplateSourceRoots are the host directories template builds may
 	// read path sources from, besides <DataDir>/imports.
@@ -77,6 +80,8 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.KernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (filled by `make setup`)")
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into guests")
 	fs.StringVar(&cfg.QEMUBinary, "qemu", "", "qemu-system-x86_64 binary (default: from PATH)")
+	fs.StringVar(&cfg.VMM, "vmm", "qemu", "VMM that runs sandboxes: qemu, or firecracker (needs KVM)")
+	fs.StringVar(&cfg.FirecrackerBinary, "firecracker", "", "firecracker binary, under /usr (default: from PATH)")
 	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", 2*time.Minute, "bound on boot to agent ready")
 	fs.IntVar(&cfg.PoolSize, "pool-size", local.DefaultPoolSize, "restored, warmed VMs kept per template in use, taken on create (0 disables pools)")
 	fs.IntVar(&cfg.DefaultQuota.MaxSandboxes, "quota-sandboxes", 20, "default per-tenant limit on live sandboxes")
@@ -124,6 +129,12 @@ func ParseFlags(args []string) (Config, error) {
 	case "auto", "kvm", "tcg":
 	default:
 		return Config{}, fmt.Errorf("--accel must be auto, kvm or tcg, not %q", cfg.Accel)
+	}
+	switch {
+	case cfg.VMM != "qemu" && cfg.VMM != "firecracker":
+		return Config{}, fmt.Errorf("--vmm must be qemu or firecracker, not %q", cfg.VMM)
+	case cfg.VMM == "firecracker" && cfg.Accel == "tcg":
+		return Config{}, fmt.Errorf("--vmm firecracker runs on KVM only; it cannot use --accel tcg")
 	}
 	abs, err := filepath.Abs(cfg.DataDir)
 	if err != nil {

@@ -22,8 +22,6 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/template"
-	"github.com/space-sandbox/space/internal/vmm"
-	_ "github.com/space-sandbox/space/internal/vmm/qemu" // registers the "qemu" driver
 	"github.com/space-sandbox/space/internal/worker/local"
 )
 
@@ -72,17 +70,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("build base template: %w", err)
 	}
-	driver, err := vmm.Open("qemu", vmm.Options{
-		Binary: cfg.QEMUBinary, Accel: cfg.Accel, CacheDir: filepath.Join(cfg.DataDir, "cache"), Logger: log,
-	})
+	// A host that cannot run the VMM is one clear error now, not a failed create later.
+	driver, kernelImage, err := openVMM(ctx, cfg, kernel, log)
 	if err != nil {
 		return err
-	}
-	// A missing VMM binary is one clear error now, not a failed create later.
-	if c, ok := driver.(interface{ Check(context.Context) error }); ok {
-		if err := c.Check(ctx); err != nil {
-			return err
-		}
 	}
 
 	// Control plane: store, auth, operations, API.
@@ -111,7 +102,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 
 	metrics := api.NewMetrics()
 	wk, err := local.New(ctx, local.Config{
-		Storage: st, Driver: driver, Kernel: kernel.Vmlinuz, Initrd: initrd.Path,
+		Storage: st, Driver: driver, Kernel: kernelImage, Initrd: initrd.Path,
 		TemplatesDir: templatesDir, BootTimeout: cfg.BootTimeout,
 		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
 		Logger:      log,
