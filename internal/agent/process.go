@@ -212,9 +212,13 @@ func (t *processTable) launch(p *process, spec *agentproto.ProcessSpec, path str
 		if err := cmd.Start(); err != nil {
 			return 0, err
 		}
+		// Under p.mu: the process is already listed, and info (a list, the
+		// gc of another start) reads these fields.
+		p.mu.Lock()
 		p.pid, p.osproc, p.startedAt = cmd.Process.Pid, cmd.Process, time.Now().UTC()
-		p.log.append(agentproto.Event{Type: agentproto.EventStarted, PID: p.pid, Time: p.startedAt})
-		return p.pid, nil
+		p.mu.Unlock()
+		p.log.append(agentproto.Event{Type: agentproto.EventStarted, PID: cmd.Process.Pid, Time: p.startedAt})
+		return cmd.Process.Pid, nil
 	}, func(ws unix.WaitStatus, _ *unix.Rusage) { go p.finish(t.log, ws) })
 	closeAll(childEnds)
 	if err != nil {

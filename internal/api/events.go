@@ -227,6 +227,12 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 			idle.Reset(s.cfg.Heartbeat)
 		case n := <-next:
 			if n.err != nil {
+				if ctx.Err() == nil && overdue(c) {
+					if ex, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
+						ew.event(exitEvent(ex, lastSeq))
+						return
+					}
+				}
 				s.endStream(r, ew, sb, c.ID, n.err)
 				return
 			}
