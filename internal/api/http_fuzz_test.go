@@ -18,6 +18,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
@@ -86,6 +87,15 @@ func newHTTPFuzz(f *testing.F) *httpFuzz {
 	if err := e.store.CreateTenant(ctx, tn); err != nil {
 		f.Fatal(err)
 	}
+	// Every tenant the fuzzer acts as has a sandbox quota, so that it
+	// cannot make fake VMs without end.
+	adm, err := e.store.GetTenantByName(ctx, "admin")
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := e.store.SetTenantQuota(ctx, adm.ID, store.Quota{MaxSandboxes: 4}); err != nil {
+		f.Fatal(err)
+	}
 	carolKey, _, err := e.srv.auth.CreateKey(ctx, tn.ID, false)
 	if err != nil {
 		f.Fatal(err)
@@ -100,37 +110,63 @@ func newHTTPFuzz(f *testing.F) *httpFuzz {
 
 // objects makes carol's sandbox, command, checkpoint, secret and the
 // operation that made the sandbox, and records their ids by path
-// parameter name.
+// parameter name. It runs inside the fuzz function too (revive), so it
+// uses t and nothing of the harness that would call the F.
 func (hf *httpFuzz) objects(t testing.TB) {
-	e := hf.e
-	c := e.client(hf.keys[0])
-	ctx := context.Background()
-	res, err := c.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "base"})
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	do := func(method, path string, body string, out any) int {
+		req, err := http.NewRequest(method, hf.e.http.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+hf.keys[0])
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hf.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+		return resp.StatusCode
 	}
-	if op, err := c.WaitOperation(ctx, res.Operation.ID); err != nil || op.State != apiv1.OpSucceeded {
-		t.Fatalf("create: %v %+v %+v\nserver log:\n%s", err, op, op.Error, hf.logTail())
+	// wait waits for an operation and fails unless it succeeded.
+	wait := func(what, id string) {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var op apiv1.Operation
+			do("GET", "/v1/operations/"+id+"?wait=1s", "", &op)
+			switch {
+			case op.State == apiv1.OpSucceeded:
+				return
+			case op.DoneAt != nil || time.Now().After(deadline):
+				t.Fatalf("%s: operation %+v %+v\nserver log:\n%s", what, op, op.Error, hf.logTail())
+			}
+		}
 	}
+	var res apiv1.SandboxAndOperation
+	if st := do("POST", "/v1/sandboxes", `{"template":"base"}`, &res); st != 202 {
+		t.Fatalf("create: %d %+v", st, res)
+	}
+	wait("create", res.Operation.ID)
 	sb := res.Sandbox.ID
-	st, _, body := e.do("POST", "/v1/sandboxes/"+sb+"/commands", hf.keys[0], []byte(`{"argv":["echo","hi"]}`))
 	var cmd apiv1.CommandResponse
-	if json.Unmarshal(body, &cmd); st != 201 {
-		t.Fatalf("command: %d %s", st, body)
+	if st := do("POST", "/v1/sandboxes/"+sb+"/commands", `{"argv":["echo","hi"]}`, &cmd); st != 201 {
+		t.Fatalf("command: %d", st)
 	}
-	st, _, body = e.do("POST", "/v1/sandboxes/"+sb+"/checkpoints", hf.keys[0], []byte(`{}`))
 	var ck struct {
 		Checkpoint apiv1.Checkpoint `json:"checkpoint"`
 		Operation  apiv1.Operation  `json:"operation"`
 	}
-	if json.Unmarshal(body, &ck); st != 202 {
-		t.Fatalf("checkpoint: %d %s", st, body)
+	if st := do("POST", "/v1/sandboxes/"+sb+"/checkpoints", `{}`, &ck); st != 202 {
+		t.Fatalf("checkpoint: %d", st)
 	}
-	if op, err := c.WaitOperation(ctx, ck.Operation.ID); err != nil || op.State != apiv1.OpSucceeded {
-		t.Fatalf("checkpoint: %v %+v", err, op)
-	}
-	if st, _, body := e.do("PUT", "/v1/secrets/api-key", hf.keys[0], []byte(`{"value":"s3cret"}`)); st != 201 {
-		t.Fatalf("secret: %d %s", st, body)
+	wait("checkpoint", ck.Operation.ID)
+	var sec apiv1.Secret
+	if st := do("PUT", "/v1/secrets/api-key", `{"value":"s3cret"}`, &sec); st != 201 && st != 200 {
+		t.Fatalf("secret: %d", st)
 	}
 	hf.known = map[string]string{"id": sb, "cid": cmd.Command.ID, "ckpt": ck.Checkpoint.ID, "name": "api-key",
 		"operation": res.Operation.ID}
@@ -209,7 +245,10 @@ func (hf *httpFuzz) revive(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := hf.e.client(hf.keys[0])
+	c, err := client.New(hf.e.http.URL, hf.keys[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	live := 0
 	for _, sb := range page.Items {
 		if sb.State == store.SandboxDeleted {

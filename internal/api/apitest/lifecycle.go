@@ -154,7 +154,6 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	if err != nil {
 		return worker.CheckpointStatus{}, err
 	}
-	w.t.Cleanup(func() { os.RemoveAll(dir) })
 	root := filepath.Join(dir, "root")
 	if err := copyTree(vm.Root, root); err != nil {
 		os.RemoveAll(dir)

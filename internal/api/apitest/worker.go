@@ -60,9 +60,27 @@ type VM struct {
 	cancel context.CancelFunc
 }
 
-// NewWorker returns a fake worker; its agents end with the test.
+// NewWorker returns a fake worker; its agents and files end with the test.
 func NewWorker(t testing.TB) *Worker {
-	return &Worker{t: t, vms: map[string]*VM{}, ckpts: map[string]*checkpoint{}, exits: make(chan worker.Exit, 8)}
+	w := &Worker{t: t, vms: map[string]*VM{}, ckpts: map[string]*checkpoint{}, exits: make(chan worker.Exit, 8)}
+	// One cleanup for everything, registered now: a fuzz target's F may
+	// not take cleanups while its fuzz function (which creates VMs) runs.
+	t.Cleanup(w.closeAll)
+	return w
+}
+
+// closeAll ends the VMs and removes the checkpoints that are left.
+func (w *Worker) closeAll() {
+	w.mu.Lock()
+	vms, ckpts := w.vms, w.ckpts
+	w.vms, w.ckpts = map[string]*VM{}, map[string]*checkpoint{}
+	w.mu.Unlock()
+	for _, vm := range vms {
+		vm.cancel()
+	}
+	for _, ck := range ckpts {
+		os.RemoveAll(filepath.Dir(ck.root))
+	}
 }
 
 func (w *Worker) Ready(ctx context.Context) error { return w.NotReady }
@@ -127,7 +145,6 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 	w.mu.Lock()
 	w.vms[spec.ID] = vm
 	w.mu.Unlock()
-	w.t.Cleanup(vm.cancel)
 	st := vm.status()
 	st.BootedAt = time.Now()
 	return st, nil
