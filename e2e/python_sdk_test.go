@@ -30,7 +30,10 @@ func TestPythonSDK(t *testing.T) {
 	env := append(os.Environ(), "SPACE_URL="+srv.URL, "SPACE_API_KEY="+key, "PYTHONDONTWRITEBYTECODE=1")
 
 	t.Run("unittest", func(t *testing.T) {
-		out, err := runPython(t, 20*time.Minute, sdk, append(env, "PYTHONPATH="+sdk),
+		// The template build test writes its rootfs tar where the server
+		// reads template sources by default.
+		out, err := runPython(t, 20*time.Minute, sdk, append(env, "PYTHONPATH="+sdk,
+			"SPACE_TEMPLATE_IMPORTS="+filepath.Join(srv.dataDir, "imports")),
 			"python3", "-m", "unittest", "discover", "-s", "tests", "-v")
 		t.Logf("python3 -m unittest discover -s sdk/python/tests:\n%s", out)
 		if err != nil {

@@ -201,6 +201,42 @@ class CatalogTest(unittest.TestCase):
         with self.assertRaises(space.NotFound):
             c.templates.get("no-such-template")
 
+    def test_template_build(self):
+        imports = os.environ.get("SPACE_TEMPLATE_IMPORTS")
+        if not imports:
+            self.skipTest("set SPACE_TEMPLATE_IMPORTS to a template source root of the server")
+        import io
+        import tarfile
+        path = os.path.join(imports, f"sdk-{RUN}.tar")
+        with tarfile.open(path, "w") as tar:
+            for d in ("etc", "work"):
+                ti = tarfile.TarInfo(d)
+                ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(ti)
+            body = b"from the sdk\n"
+            ti = tarfile.TarInfo("etc/tiny")
+            ti.size = len(body)
+            tar.addfile(ti, io.BytesIO(body))
+        c = client()
+        name = "sdk-tiny-" + RUN
+        lines = []
+        tpl = c.templates.build(name, {"type": "rootfs", "path": path},
+                                defaults={"memory_mib": 192, "env": {"WHO": "tiny"}}, on_progress=lines.append,
+                                timeout=900)
+        try:
+            self.assertEqual((tpl.name, tpl.state), (name, "ready"))
+            self.assertTrue(tpl.digest.startswith("sha256:"))
+            self.assertTrue(any("snapshot: ready" in line for line in lines), lines)
+            self.assertIn(name, [t.name for t in c.templates.list()])
+            with c.sandboxes.create(template=name) as sb:
+                self.assertEqual(sb.data["memory_mib"], 192)
+                self.assertEqual(sb.run('echo "$(cat /etc/tiny) $WHO"').stdout, b"from the sdk tiny\n")
+        finally:
+            c.templates.delete(name)
+            os.remove(path)
+        with self.assertRaises(space.NotFound):
+            c.templates.get(name)
+
     def test_secrets(self):
         c = client()
         name = "sdk-" + RUN
