@@ -304,6 +304,7 @@ func FuzzHTTP(f *testing.F) {
 	hf := newHTTPFuzz(f)
 	f.Add("GET /v1/sandboxes/{id}", uint8(0), "", "", "", []byte(nil), uint8(0))
 	f.Fuzz(func(t *testing.T, route string, method uint8, param, query, header string, body []byte, who uint8) {
+		logged := len(hf.logs.String())
 		hf.revive(t)
 		rt := hf.route(route)
 		m := rt.method
@@ -375,5 +376,12 @@ func FuzzHTTP(f *testing.F) {
 		sent := string(body) + param + query + header
 		check(resp.StatusCode < 300 || !leakRE.Match(out) || leakRE.MatchString(sent), "a host path or stack trace in an error")
 		check(resp.StatusCode < 300 || !strings.Contains(string(out), hf.tmp), "a host path in an error")
+		// Nor does the server fail otherwise (in an operation, say): it
+		// logs no error but the one of the missing builder.
+		for _, line := range strings.Split(hf.logs.String()[logged:], "\n") {
+			if strings.Contains(line, "level=ERROR") && !strings.Contains(line, `err="this server does not build templates"`) {
+				check(false, "the server logged an error:\n%s", line)
+			}
+		}
 	})
 }
