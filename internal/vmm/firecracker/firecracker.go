@@ -105,7 +105,7 @@ func (d *Driver) Name() string { return Name }
 
 // Check reports whether the driver can start VMs here, naming what is
 // missing: the binary (under /usr, where a jailed VMM can run it), a
-// /dev/kvm that runs a probe guest.
+// /dev/kvm that runs a probe guest and that the VMM's uid may open.
 func (d *Driver) Check(ctx context.Context) error {
 	if d.binaryErr != nil {
 		return d.binaryErr
@@ -113,7 +113,15 @@ func (d *Driver) Check(ctx context.Context) error {
 	if bin, err := filepath.EvalSymlinks(d.binary); err != nil || !strings.HasPrefix(bin, "/usr/") {
 		return fmt.Errorf("firecracker: %s must be under /usr (all a jailed VMM sees): %w", d.binary, errdefs.ErrFailedPrecondition)
 	}
-	return ProbeKVM(ctx)
+	if err := ProbeKVM(ctx); err != nil {
+		return err
+	}
+	// The probe ran as root; the VMM runs as its jail's uid, in no group.
+	if st, err := os.Stat("/dev/kvm"); err == nil && st.Mode().Perm()&0o006 != 0o006 {
+		return fmt.Errorf("firecracker: /dev/kvm is mode %v, but a jailed VMM runs as a uid of its own and needs it 0666 "+
+			"(systemd's udev rule makes it so; without udev: chmod 0666 /dev/kvm): %w", st.Mode().Perm(), errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }
 
 // Start implements vmm.Driver: it starts Firecracker, configures the

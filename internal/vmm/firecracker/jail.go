@@ -122,6 +122,10 @@ func (d *Driver) jailSpec(spec vmm.BootSpec, restoreMem bool, stdout, stderr *os
 			js.Own = append(js.Own, disk.Path)
 		}
 	}
+	if spec.Network != nil {
+		// Firecracker attaches to the tap itself.
+		js.Devices = append(js.Devices, "/dev/net/tun")
+	}
 	if restoreMem {
 		js.Files = append(js.Files, jail.File{Name: name(jailMemory), Source: spec.MemoryFile})
 		js.Own = append(js.Own, spec.MemoryFile)
