@@ -102,17 +102,28 @@ type limits struct {
 
 // commandLimits derives the shared bounds from the guest's size.
 func commandLimits() limits {
-	var l limits
+	var total int64
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
-		total := int64(si.Totalram) * int64(si.Unit)
+		total = int64(si.Totalram) * int64(si.Unit)
+	}
+	threadsMax := 0
+	if b, err := os.ReadFile("/proc/sys/kernel/threads-max"); err == nil {
+		threadsMax, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	return limitsFor(total, threadsMax)
+}
+
+// limitsFor computes the bounds for a guest of total bytes of memory and
+// the kernel's threads-max (0 = unknown).
+func limitsFor(total int64, threadsMax int) limits {
+	var l limits
+	if total > 0 {
 		l.memory = max(total-reserveMem-total/16, total/2)
 		l.pids = int(total>>20) * pidsPerMiB
 	}
-	if b, err := os.ReadFile("/proc/sys/kernel/threads-max"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && (l.pids == 0 || n-reservePids < l.pids) {
-			l.pids = n - reservePids
-		}
+	if threadsMax > 0 && (l.pids == 0 || threadsMax-reservePids < l.pids) {
+		l.pids = threadsMax - reservePids
 	}
 	if l.pids != 0 {
 		l.pids = max(l.pids, minCommandPids)
