@@ -33,7 +33,9 @@ var mcpTools = []string{
 // (stdio and streamable HTTP) and the TypeScript SDK's client
 // (e2e/mcp-client), and checks that stdout carries nothing but protocol.
 func TestMCP(t *testing.T) {
-	srv := startServer(t)
+	// Two live sandboxes a tenant: the scenario needs two at once (a
+	// sandbox and its branch); the HTTP test runs into the limit.
+	srv := startServer(t, "--quota-sandboxes", "2")
 	key := newTenantKey(t, srv, "mcp-go")
 	t.Run("go-sdk stdio", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -401,8 +403,11 @@ func testMCPHTTP(t *testing.T, srv *server, key string) {
 	cs := connect(key)
 	// Another tenant's caller sees none of this caller's sandboxes.
 	other := connect(newTenantKey(t, srv, "mcp-http-other"))
-	var mine mcpSandbox
+	var mine, mine2 mcpSandbox
 	mustCall(ctx, t, other, "create_sandbox", map[string]any{}, &mine)
+	mustCall(ctx, t, other, "create_sandbox", map[string]any{"memory_mib": 256, "vcpus": 1}, &mine2)
+	wantToolError(ctx, t, other, "create_sandbox", map[string]any{}, "resource_exhausted")
+	mustCall(ctx, t, other, "delete_sandbox", map[string]any{"sandbox_id": mine2.ID}, nil)
 	var list struct{ Sandboxes []mcpSandbox }
 	mustCall(ctx, t, cs, "list_sandboxes", map[string]any{}, &list)
 	if len(list.Sandboxes) != 0 {

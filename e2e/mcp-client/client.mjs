@@ -51,9 +51,12 @@ async function scenario(label, client) {
   assert.equal(byName.delete_sandbox.annotations.destructiveHint, true);
   assert.equal(byName.read_file.annotations.readOnlyHint, true);
 
-  const sb = await call(client, "create_sandbox", { template: "base", timeout_seconds: 1800 });
+  const network = { egress: { default: "deny", allow: ["example.com"] } };
+  const sb = await call(client, "create_sandbox", { template: "base", timeout_seconds: 1800, memory_mib: 256, network });
   assert.match(sb.id, /^sbx_/);
   assert.equal(sb.state, "running");
+  assert.equal(sb.memory_mib, 256);
+  assert.deepEqual(sb.network?.egress?.allow, ["example.com"]);
   try {
     const listed = await call(client, "list_sandboxes", {});
     assert.ok(listed.sandboxes.some((s) => s.id === sb.id), "list_sandboxes lacks the new sandbox");

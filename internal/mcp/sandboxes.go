@@ -91,13 +91,18 @@ type SandboxInfo struct {
 	MemoryMiB int               `json:"memory_mib"`
 	DiskMiB   int               `json:"disk_mib"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	Network   map[string]any    `json:"network,omitempty" jsonschema:"the network policy"`
 	CreatedAt time.Time         `json:"created_at"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty" jsonschema:"when the sandbox is deleted unless kept"`
 }
 
 func sandboxInfo(sb *apiv1.Sandbox) SandboxInfo {
-	return SandboxInfo{ID: sb.ID, State: sb.State, Template: sb.Template, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
+	info := SandboxInfo{ID: sb.ID, State: sb.State, Template: sb.Template, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
 		DiskMiB: sb.DiskMiB, Metadata: sb.Metadata, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt}
+	if len(sb.Network) > 0 {
+		json.Unmarshal(sb.Network, &info.Network) // a policy is an object; anything else is left out
+	}
+	return info
 }
 
 // CreateSandboxArgs are create_sandbox's arguments.
