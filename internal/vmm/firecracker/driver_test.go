@@ -22,7 +22,7 @@ func bootCalls(tap string) [][3]string {
 		{"PUT", "/logger", `{"log_path":"/run/firecracker.log","level":"Warning","show_level":true,"show_log_origin":false}`},
 		{"PUT", "/machine-config", `{"vcpu_count":2,"mem_size_mib":128,"smt":false,"track_dirty_pages":false}`},
 		{"PUT", "/boot-source", `{"kernel_image_path":"/vmlinux","initrd_path":"/initrd","boot_args":"console=ttyS0 reboot=k panic=-1 pci=off quiet"}`},
-		{"PUT", "/drives/disk0", `{"drive_id":"disk0","is_root_device":false,"is_read_only":false,"path_on_host":"/disk0","cache_type":"Unsafe","io_engine":"Sync"}`},
+		{"PUT", "/drives/disk0", `{"drive_id":"disk0","is_root_device":false,"is_read_only":false,"path_on_host":"/disk0","cache_type":"Writeback","io_engine":"Sync"}`},
 	}
 	if tap != "" {
 		c = append(c, [3]string{"PUT", "/network-interfaces/net0", `{"iface_id":"net0","host_dev_name":"` + tap + `","guest_mac":"02:53:50:00:00:02"}`})
@@ -81,7 +81,7 @@ func TestBootFollowsSpec(t *testing.T) {
 	stopOnCleanup(t, vm)
 	want := bootCalls("tap0")
 	want = append(want[:4:4], append([][3]string{{"PUT", "/drives/disk1",
-		`{"drive_id":"disk1","is_root_device":false,"is_read_only":true,"path_on_host":"/disk1","cache_type":"Unsafe","io_engine":"Sync"}`}}, want[4:]...)...)
+		`{"drive_id":"disk1","is_root_device":false,"is_read_only":true,"path_on_host":"/disk1","cache_type":"Writeback","io_engine":"Sync"}`}}, want[4:]...)...)
 	calls := r.calls()
 	wantCalls(t, calls, want)
 	// The jail paths name the caller's files, writable only where they must be.
@@ -398,6 +398,16 @@ func TestAPIErrors(t *testing.T) {
 		_, err := r.d.Restore(ctxT(t), spec, snap)
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "injected failure") {
 			t.Fatalf("Restore = %v", err)
+		}
+		assertEmpty(t, spec.StateDir)
+		r.calls()
+	})
+	t.Run("InternalError", func(t *testing.T) {
+		r := newRig(t, standinConfig{Fail: "PUT /actions", FailStatus: 500})
+		spec := r.spec("vm-500")
+		_, err := r.d.Start(ctxT(t), spec)
+		if !errors.Is(err, errdefs.ErrInternal) || !strings.Contains(err.Error(), "500 stand-in: injected failure") {
+			t.Fatalf("Start = %v, want internal with the fault", err)
 		}
 		assertEmpty(t, spec.StateDir)
 		r.calls()

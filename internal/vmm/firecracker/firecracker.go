@@ -262,7 +262,7 @@ func (v *VM) boot(ctx context.Context) error {
 			body any
 		}{"/drives/" + driveID(i), drive{
 			DriveID: driveID(i), IsRootDevice: false, IsReadOnly: disk.ReadOnly,
-			PathOnHost: jailDisk(i), CacheType: "Unsafe", IOEngine: "Sync",
+			PathOnHost: jailDisk(i), CacheType: "Writeback", IOEngine: "Sync",
 		}})
 	}
 	if spec.Network != nil {

@@ -58,8 +58,10 @@ type standinConfig struct {
 	Spec  string      `json:"spec"` // absolute path of the API spec
 	Log   string      `json:"log"`  // request log (JSON lines)
 	Files []jail.File `json:"files"`
-	// Fail answers the first request "METHOD /path" with a 400.
-	Fail string `json:"fail,omitempty"`
+	// Fail answers the first request "METHOD /path" with FailStatus
+	// (default 400) and an Error body.
+	Fail       string `json:"fail,omitempty"`
+	FailStatus int    `json:"fail_status,omitempty"`
 	// Hang holds the first request "METHOD /path" without answering.
 	Hang string `json:"hang,omitempty"`
 }
@@ -314,6 +316,9 @@ func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if s.cfg.Fail == c.String() && !s.failed {
 				s.failed = true
 				ans = fault("stand-in: injected failure of %s", c.String())
+				if s.cfg.FailStatus != 0 {
+					ans.status = s.cfg.FailStatus // the spec's "default" answer
+				}
 			} else {
 				ans = s.handle(r.Method, r.URL.Path, body, &c)
 			}

@@ -230,9 +230,10 @@ func (v *VM) Detach() error {
 }
 
 // Stop implements vmm.VM. Firecracker has no API call that ends the VMM
-// (SendCtrlAltDel asks the guest, which may ignore it), and nothing of the
-// guest's needs a clean shutdown (disks are cache-less raw files, flushed
-// by the host's page cache), so Stop SIGKILLs the jail and the group.
+// (SendCtrlAltDel asks the guest, which may ignore it), and a kill loses
+// nothing the guest wrote: Firecracker's disk writes go to the host file
+// (Writeback: the host's page cache keeps them, and the guest's flushes
+// reach the disk), so Stop SIGKILLs the jail and the group.
 func (v *VM) Stop(ctx context.Context) error {
 	v.stopMu.Lock()
 	defer v.stopMu.Unlock()
