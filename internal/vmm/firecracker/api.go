@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -272,11 +271,4 @@ func (c *client) await(ctx context.Context, done <-chan struct{}) error {
 		case <-t.C:
 		}
 	}
-}
-
-// isAPIError reports whether err is an answer of the API (rather than a
-// failure to reach it).
-func isAPIError(err error) bool {
-	var e *apiCallError
-	return errors.As(err, &e)
 }

@@ -119,3 +119,10 @@ func rawBody(s string) any {
 	}
 	return rawJSON(s)
 }
+
+// isAPIError reports whether err is an answer of the API (rather than a
+// failure to reach it).
+func isAPIError(err error) bool {
+	var e *apiCallError
+	return errors.As(err, &e)
+}
