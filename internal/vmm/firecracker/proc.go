@@ -97,7 +97,7 @@ func makeRunDir(stateDir string) error {
 	if err := os.Mkdir(d, 0o700); err != nil {
 		return err
 	}
-	return os.Chmod(d, 0o1733)
+	return os.Chmod(d, os.ModeSticky|0o733)
 }
 
 // giveRunDir hands the run dir (and a file the host put in it) to the
