@@ -154,10 +154,14 @@ func (c *Client) TarOut(ctx context.Context, path string) (io.ReadCloser, error)
 	return &rawReader{cl: cl}, nil
 }
 
-// WriteFile writes r to path (parents created; mode 0 means 0644).
-func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, r io.Reader) (agentproto.FileInfo, error) {
+// WriteFile writes r to path (parents created; mode 0 means 0644). size,
+// when above 0, is how many bytes r holds: if r ends early or fails, the
+// agent discards what it received instead of keeping a truncated file.
+// With size 0 (unknown) the file ends where r ends.
+func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, size int64, r io.Reader) (agentproto.FileInfo, error) {
 	var info agentproto.FileInfo
-	err := c.upload(ctx, agentproto.OpWriteFile, agentproto.WriteFileRequest{Path: path, Mode: mode}, r, &info)
+	req := agentproto.WriteFileRequest{Path: path, Mode: mode, Size: max(size, 0)}
+	err := c.upload(ctx, agentproto.OpWriteFile, req, r, &info)
 	return info, err
 }
 

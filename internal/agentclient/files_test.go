@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -17,7 +18,7 @@ import (
 func TestFileOps(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t)
-	info, err := e.c.WriteFile(ctx, "/a/b/c.txt", 0o600, strings.NewReader("hello"))
+	info, err := e.c.WriteFile(ctx, "/a/b/c.txt", 0o600, 5, strings.NewReader("hello"))
 	if err != nil || info.Size != 5 || info.Mode != 0o600 || info.Type != agentproto.FileTypeFile {
 		t.Fatalf("write: %+v %v", info, err)
 	}
@@ -31,7 +32,7 @@ func TestFileOps(t *testing.T) {
 		t.Fatalf("read %q %+v %v", got, info, err)
 	}
 	big := bytes.Repeat([]byte("0123456789"), 300000)
-	if _, err := e.c.WriteFile(ctx, "/a/big", 0, bytes.NewReader(big)); err != nil {
+	if _, err := e.c.WriteFile(ctx, "/a/big", 0, int64(len(big)), bytes.NewReader(big)); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(e.root, "a/big")); !bytes.Equal(b, big) {
@@ -61,7 +62,7 @@ func TestFileOps(t *testing.T) {
 		{"relative", second(e.c.Stat(ctx, "a/b")), errdefs.ErrInvalidArgument},
 		{"nul", second(e.c.Stat(ctx, "/a\x00b")), errdefs.ErrInvalidArgument},
 		{"read dir", third(e.c.ReadFile(ctx, "/a")), errdefs.ErrInvalidArgument},
-		{"write over dir", second(e.c.WriteFile(ctx, "/a/b", 0, strings.NewReader("x"))), errdefs.ErrInvalidArgument},
+		{"write over dir", second(e.c.WriteFile(ctx, "/a/b", 0, 0, strings.NewReader("x"))), errdefs.ErrInvalidArgument},
 		{"list file", second(e.c.ListDir(ctx, "/a/big")), errdefs.ErrInvalidArgument},
 		{"delete non-empty", e.c.Delete(ctx, "/a", false), errdefs.ErrConflict},
 		{"delete root", e.c.Delete(ctx, "/", true), errdefs.ErrInvalidArgument},
@@ -93,7 +94,7 @@ func TestPathTraversal(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ".." cannot climb above the root.
-	if _, err := e.c.WriteFile(ctx, "/../../../x", 0, strings.NewReader("x")); err != nil {
+	if _, err := e.c.WriteFile(ctx, "/../../../x", 0, 0, strings.NewReader("x")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(e.root, "x")); err != nil {
@@ -109,7 +110,7 @@ func TestPathTraversal(t *testing.T) {
 		if _, _, err := e.c.ReadFile(ctx, "/esc/secret"); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("read through %s: %v", target, err)
 		}
-		if _, err := e.c.WriteFile(ctx, "/esc/planted", 0, strings.NewReader("x")); err == nil {
+		if _, err := e.c.WriteFile(ctx, "/esc/planted", 0, 0, strings.NewReader("x")); err == nil {
 			if _, err := os.Stat(filepath.Join(outside, "planted")); err == nil {
 				t.Fatal("write escaped the root")
 			}
@@ -232,5 +233,72 @@ func TestTarInCannotEscape(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(filepath.Dir(e.root), "evil")); err == nil {
 			t.Fatalf("%s: wrote above the root", tt.name)
 		}
+	}
+}
+
+// failingReader yields n bytes, then fails (a client that went away).
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, errors.New("client went away")
+	}
+	k := min(len(p), r.n)
+	for i := range p[:k] {
+		p[i] = 'x'
+	}
+	r.n -= k
+	return k, nil
+}
+
+// An upload cut short on the host's side leaves neither a truncated file
+// nor a temporary one, and an existing file keeps its content.
+func TestWriteFileCutShortKeepsNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	if _, err := e.c.WriteFile(ctx, "/kept", 0, 3, strings.NewReader("old")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		path string
+		size int64
+		r    io.Reader
+	}{
+		{"sender fails", "/new", 1 << 20, &failingReader{n: 64 << 10}},
+		{"stream ends short", "/new", 1 << 20, strings.NewReader("only this much")},
+		{"replacing, sender fails", "/kept", 1 << 20, &failingReader{n: 1000}},
+		{"longer than announced", "/new", 4, strings.NewReader("more than four bytes")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := e.c.WriteFile(ctx, tc.path, 0, tc.size, tc.r); err == nil {
+				t.Fatal("a cut upload succeeded")
+			}
+			// The agent notices the cut after the client has given up:
+			// await its clean-up, bounded.
+			var left []string
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				entries, err := os.ReadDir(e.root)
+				if err != nil {
+					t.Fatal(err)
+				}
+				left = left[:0]
+				for _, de := range entries {
+					if de.Name() != "kept" {
+						left = append(left, de.Name())
+					}
+				}
+				if len(left) == 0 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if len(left) > 0 {
+				t.Errorf("left behind: %v", left)
+			}
+			if b, _ := os.ReadFile(filepath.Join(e.root, "kept")); string(b) != "old" {
+				t.Errorf("kept file now holds %q", b)
+			}
+		})
 	}
 }

@@ -281,6 +281,11 @@ type PathRequest struct {
 type WriteFileRequest struct {
 	Path string `json:"path"`
 	Mode uint32 `json:"mode,omitempty"`
+	// Size, when above 0, is the exact number of bytes that follow: an
+	// upload that ends short (the host's sender gave up, and its stream's
+	// end looks like any other) or runs long is discarded, not kept
+	// truncated. 0 means unknown: then the end of the stream is the end.
+	Size int64 `json:"size,omitempty"`
 }
 
 // DeleteRequest removes a path; a non-empty directory needs Recursive.

@@ -22,7 +22,7 @@ type guestAgent interface {
 	List(ctx context.Context) ([]agentproto.ProcessInfo, error)
 
 	ReadFile(ctx context.Context, path string) (agentproto.FileInfo, io.ReadCloser, error)
-	WriteFile(ctx context.Context, path string, mode uint32, r io.Reader) (agentproto.FileInfo, error)
+	WriteFile(ctx context.Context, path string, mode uint32, size int64, r io.Reader) (agentproto.FileInfo, error)
 	ListDir(ctx context.Context, path string) ([]agentproto.FileInfo, error)
 	Stat(ctx context.Context, path string) (agentproto.FileInfo, error)
 	Delete(ctx context.Context, path string, recursive bool) error

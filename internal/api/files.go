@@ -83,7 +83,9 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	info, err := ag.WriteFile(r.Context(), p, uint32(mode), r.Body)
+	// The announced length lets the agent tell a body cut short (a client
+	// gone, a limit hit) from a complete one: it then keeps nothing.
+	info, err := ag.WriteFile(r.Context(), p, uint32(mode), r.ContentLength, r.Body)
 	if err != nil {
 		s.writeError(w, r, s.uploadError(err))
 		return

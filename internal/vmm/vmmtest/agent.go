@@ -155,7 +155,7 @@ func RunAgent(t *testing.T, h AgentHarness) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		payload := bytes.Repeat([]byte("space"), 50000)
-		if _, err := c.WriteFile(ctx, "/root/dir/f.bin", 0o600, bytes.NewReader(payload)); err != nil {
+		if _, err := c.WriteFile(ctx, "/root/dir/f.bin", 0o600, int64(len(payload)), bytes.NewReader(payload)); err != nil {
 			t.Fatal(err)
 		}
 		r, fi, err := c.ReadFile(ctx, "/root/dir/f.bin")

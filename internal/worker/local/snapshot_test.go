@@ -181,7 +181,7 @@ func writeRandom(t *testing.T, c *agentclient.Client, path string, n int) [32]by
 	t.Helper()
 	b := make([]byte, n)
 	rand.Read(b)
-	if _, err := c.WriteFile(context.Background(), path, 0o644, bytes.NewReader(b)); err != nil {
+	if _, err := c.WriteFile(context.Background(), path, 0o644, int64(len(b)), bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
 	return sha256.Sum256(b)
