@@ -148,8 +148,9 @@ check_host() {
 # python3-pip brings Debian's setuptools and wheel, so `pip install
 # --no-build-isolation ./sdk/python` works offline; e2e/mcp-client holds the
 # official MCP TypeScript SDK, pinned by its package-lock.json and installed
-# with `npm ci --ignore-scripts`, only when the lockfile changed.
-CLIENT_PACKAGES=(python3-pip)
+# with `npm ci --ignore-scripts`, only when the lockfile changed. mypy
+# checks the SDK's types (it ships py.typed).
+CLIENT_PACKAGES=(python3-pip mypy)
 setup_client_sdks() {
   local p status missing=()
   for p in "${CLIENT_PACKAGES[@]}"; do

@@ -192,7 +192,7 @@ def _retry_after(resp: http.client.HTTPResponse, cap: float) -> Optional[float]:
 
 
 def _backoff(attempt: int) -> float:
-    return min(0.25 * (2 ** (attempt - 1)), 4.0)
+    return min(0.25 * float(2 ** (attempt - 1)), 4.0)
 
 
 def quote(s: str) -> str:

@@ -32,13 +32,15 @@ class Client:
         self.secrets = Secrets(self._t)
 
     def operation(self, operation_id: str) -> Dict[str, Any]:
-        return self._t.call("GET", "/v1/operations/" + quote(operation_id))
+        op: Dict[str, Any] = self._t.call("GET", "/v1/operations/" + quote(operation_id))
+        return op
 
     def wait_operation(self, operation_id: str, timeout: Optional[float] = None) -> Dict[str, Any]:
         return wait_operation(self._t, self.operation(operation_id), timeout)
 
     def features(self) -> List[Dict[str, Any]]:
-        return self._t.call("GET", "/v1/features")["features"]
+        features: List[Dict[str, Any]] = self._t.call("GET", "/v1/features")["features"]
+        return features
 
 
 def _pages(t: Transport, path: str, key: str, query: Optional[Dict[str, Any]] = None) -> Iterator[Dict[str, Any]]:

@@ -93,7 +93,7 @@ class Files:
                 if m.isdev() or (m.issym() or m.islnk()) and os.path.isabs(m.linkname):
                     continue
                 members.append(m)
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, members=members, filter="data")
-            else:  # Python < 3.12 without the backported filters
-                tar.extractall(dest, members=members)
+            # The "data" filter where this Python has it (3.12, and
+            # backports); the checks above hold either way.
+            kwargs: Dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(dest, members=members, **kwargs)

@@ -108,7 +108,7 @@ class Sandbox:
 
     def _lifecycle(self, verb: str, body: Optional[Dict[str, Any]], wait: bool,
                    timeout: Optional[float]) -> Dict[str, Any]:
-        op = self._t.call("POST", f"{self._path}/{verb}", body=body)["operation"]
+        op: Dict[str, Any] = self._t.call("POST", f"{self._path}/{verb}", body=body)["operation"]
         if wait:
             op = wait_operation(self._t, op, timeout)
         self.refresh()
