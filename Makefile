@@ -8,6 +8,12 @@ DATA_DIR  ?= /var/lib/space
 TEST_P    ?= 2
 TEST_FLAGS ?=
 BENCH     ?= .
+# Packages run again under the race detector in `make test`: the ones that
+# start goroutines (operations, streams, the agent link, pools, the egress
+# proxy, the jail). The VMM driver's own suite is left to the plain run.
+RACE_PKGS ?= ./internal/api/... ./internal/operation/ ./internal/agent/ ./internal/agentclient/ \
+	./internal/agentproto/ ./internal/store/... ./internal/auth/ ./internal/secrets/ ./internal/network/ \
+	./internal/server/ ./internal/egress/ ./internal/jail/ ./internal/worker/...
 # make fuzz: how long each fuzz target runs (make test runs each for 3s).
 FUZZTIME  ?= 60s
 
@@ -36,10 +42,12 @@ vet:
 	$(GO) vet ./...
 
 ## test: set up, build, vet and run every test (CI runs this)
-## (then the leak check: no VMM, mount, loop device or netns the tests made may remain)
+## (again under -race for RACE_PKGS, the fuzz targets briefly, then the leak check:
+## no VMM, mount, loop device or netns the tests made may remain)
 test: setup build vet
 	@bash scripts/leakcheck.sh --baseline .leak-baseline
 	$(GO) test -p $(TEST_P) -count=1 -timeout 25m $(TEST_FLAGS) ./...
+	$(GO) test -race -p $(TEST_P) -count=1 -timeout 20m $(TEST_FLAGS) $(RACE_PKGS)
 	GO=$(GO) bash scripts/fuzz.sh 3s
 	@bash scripts/leakcheck.sh .leak-baseline
 
