@@ -21,6 +21,14 @@ func TestMain(m *testing.M) {
 		runStandin(raw)
 		return
 	}
+	// In a real jail the environment is the jail's own: the config comes
+	// as the first argument instead.
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], argStandin) {
+		raw := strings.TrimPrefix(os.Args[1], argStandin)
+		os.Args = append(os.Args[:1], os.Args[2:]...)
+		runStandin(raw)
+		return
+	}
 	os.Exit(m.Run())
 }
 

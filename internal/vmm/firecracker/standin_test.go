@@ -64,6 +64,9 @@ type standinConfig struct {
 	FailStatus int    `json:"fail_status,omitempty"`
 	// Hang holds the first request "METHOD /path" without answering.
 	Hang string `json:"hang,omitempty"`
+	// InJail: the stand-in runs inside the real jail, where the jail's
+	// paths are its own (resolve checks only that they are bound).
+	InJail bool `json:"in_jail,omitempty"`
 }
 
 // call is one logged request.
@@ -260,6 +263,9 @@ func (s *standin) resolve(p string) (string, bool, error) {
 	for _, f := range s.cfg.Files {
 		if f.Name != first {
 			continue
+		}
+		if s.cfg.InJail {
+			return p, f.Writable, nil
 		}
 		if rest == "" {
 			return f.Source, f.Writable, nil
