@@ -167,3 +167,14 @@ func instanceID(id string) string {
 
 // Limits are the cgroup limits a VMM for spec runs under.
 func Limits(spec vmm.BootSpec) jail.Limits { return limits(spec) }
+
+// RecordedJail reads what Start recorded in stateDir: the VMM's pid, its
+// jail and its spec (for the limits), so tests can check a VMM they did
+// not start themselves (pooled, adopted).
+func RecordedJail(stateDir string) (int, *jail.State, vmm.BootSpec, error) {
+	rec, err := readRecord(stateDir)
+	if err != nil {
+		return 0, nil, vmm.BootSpec{}, err
+	}
+	return rec.PID, rec.Jail, rec.Spec, nil
+}

@@ -74,6 +74,9 @@ func TestJailedStandin(t *testing.T) {
 	if vm.(*VM).Jail().UID < jail.FirstID {
 		t.Errorf("vmm uid %d is not a jail's", vm.(*VM).Jail().UID)
 	}
+	if pid, js, rs, err := RecordedJail(spec.StateDir); err != nil || pid != vm.PID() || js.UID != vm.(*VM).Jail().UID || rs.ID != spec.ID {
+		t.Errorf("RecordedJail = %d, %+v, %s, %v", pid, js, rs.ID, err)
+	}
 	readGreeting(t, vm)
 	if err := vm.(*VM).Pause(ctx); err != nil {
 		t.Fatal(err)
