@@ -162,8 +162,15 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	ck := &checkpoint{root: root, status: worker.CheckpointStatus{ID: checkpointID, SandboxID: sandboxID, Spec: vm.Spec,
 		CreatedAt: time.Now().UTC(), SizeBytes: treeSize(root)}, procs: procs}
 	w.mu.Lock()
-	w.ckpts[checkpointID] = ck
+	closed := w.closed
+	if !closed {
+		w.ckpts[checkpointID] = ck
+	}
 	w.mu.Unlock()
+	if closed {
+		os.RemoveAll(dir)
+		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrUnavailable, "the worker is closed")
+	}
 	return ck.status, nil
 }
 

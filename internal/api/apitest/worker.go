@@ -44,6 +44,7 @@ type Worker struct {
 	// WakeErr, when set, makes WakeSandbox fail (the VM stays as it was).
 	WakeErr error
 	ckpts   map[string]*checkpoint
+	closed  bool // the test ended (closeAll)
 }
 
 // VM is one fake sandbox.
@@ -74,6 +75,7 @@ func (w *Worker) closeAll() {
 	w.mu.Lock()
 	vms, ckpts := w.vms, w.ckpts
 	w.vms, w.ckpts = map[string]*VM{}, map[string]*checkpoint{}
+	w.closed = true // an operation still running makes nothing more
 	w.mu.Unlock()
 	for _, vm := range vms {
 		vm.cancel()
@@ -143,8 +145,15 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 		return worker.SandboxStatus{}, ierr
 	}
 	w.mu.Lock()
-	w.vms[spec.ID] = vm
+	closed := w.closed
+	if !closed {
+		w.vms[spec.ID] = vm
+	}
 	w.mu.Unlock()
+	if closed {
+		vm.cancel()
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrUnavailable, "the worker is closed")
+	}
 	st := vm.status()
 	st.BootedAt = time.Now()
 	return st, nil
