@@ -18,7 +18,6 @@ import (
 
 	"github.com/space-sandbox/space/bench/internal/rig"
 	"github.com/space-sandbox/space/bench/internal/stats"
-	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
@@ -99,7 +98,7 @@ func run(runs int, agent, dataDir, accel string, mib int) error {
 
 // runToExit starts spec and reads its events to the exit; it returns the
 // stdout bytes seen and fails on a non-zero exit or a gap.
-func runToExit(ctx context.Context, c *agentclient.Client, id string, spec agentproto.ProcessSpec) (int64, error) {
+func runToExit(ctx context.Context, c worker.Guest, id string, spec agentproto.ProcessSpec) (int64, error) {
 	spec.ID = id
 	if _, err := c.Start(ctx, spec); err != nil {
 		return 0, err

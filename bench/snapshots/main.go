@@ -22,7 +22,6 @@ import (
 
 	"github.com/space-sandbox/space/bench/internal/rig"
 	"github.com/space-sandbox/space/bench/internal/stats"
-	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
@@ -272,16 +271,16 @@ func (b *bench) runsc() (stats.Series, bool) {
 	return s, true
 }
 
-func runTrue(ctx context.Context, c *agentclient.Client, id string) error {
+func runTrue(ctx context.Context, c worker.Guest, id string) error {
 	return wait(ctx, c, id, agentproto.ProcessSpec{Argv: []string{"true"}})
 }
 
-func runShell(ctx context.Context, c *agentclient.Client, id, script string) error {
+func runShell(ctx context.Context, c worker.Guest, id, script string) error {
 	return wait(ctx, c, id, agentproto.ProcessSpec{Shell: script})
 }
 
 // wait starts spec and waits on its event stream for the exit.
-func wait(ctx context.Context, c *agentclient.Client, id string, spec agentproto.ProcessSpec) error {
+func wait(ctx context.Context, c worker.Guest, id string, spec agentproto.ProcessSpec) error {
 	spec.ID = id
 	if _, err := c.Start(ctx, spec); err != nil {
 		return err

@@ -25,7 +25,7 @@ type EventStream struct {
 // Events opens the event stream of process id, starting after sequence
 // number after (0 = from the start). It fails at once if the process does
 // not exist. ctx bounds the whole stream.
-func (c *Client) Events(ctx context.Context, id string, after uint64) (*EventStream, error) {
+func (c *Client) Events(ctx context.Context, id string, after uint64) (agentproto.EventStream, error) {
 	s := &EventStream{c: c, ctx: ctx, id: id, last: after}
 	if err := s.attach(); err != nil {
 		return nil, err

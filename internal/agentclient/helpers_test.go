@@ -127,7 +127,7 @@ func collect(t testing.TB, ctx context.Context, c *agentclient.Client, id string
 	return drain(t, s)
 }
 
-func drain(t testing.TB, s *agentclient.EventStream) *result {
+func drain(t testing.TB, s agentproto.EventStream) *result {
 	t.Helper()
 	r := &result{}
 	for {

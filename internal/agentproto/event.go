@@ -9,6 +9,13 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
+// EventStream yields a process's events in order.
+type EventStream interface {
+	// Next returns the next event; io.EOF after the exit event.
+	Next() (Event, error)
+	Close() error
+}
+
 // MaxEventData bounds the output bytes of one event. The agent cuts its
 // output into events of at most MaxEventChunk; a reader refuses more.
 const MaxEventData = 1 << 20

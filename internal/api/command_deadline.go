@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 // Command deadlines the server keeps itself. The agent kills a command when
@@ -83,9 +84,9 @@ func overdue(c *store.Command) bool {
 
 // boundedAgent bounds every unary call to the guest agent by
 // agentCallTimeout (streams and uploads are bounded by their callers).
-type boundedAgent struct{ guestAgent }
+type boundedAgent struct{ worker.Guest }
 
-func bounded(ag guestAgent) guestAgent {
+func bounded(ag worker.Guest) worker.Guest {
 	if ag == nil {
 		return nil
 	}
@@ -102,37 +103,37 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 func (a boundedAgent) Start(ctx context.Context, spec agentproto.ProcessSpec) (agentproto.ProcessInfo, error) {
 	ctx, cancel := callCtx(ctx)
 	defer cancel()
-	return a.guestAgent.Start(ctx, spec)
+	return a.Guest.Start(ctx, spec)
 }
 
 func (a boundedAgent) Stdin(ctx context.Context, id string, data []byte, eof bool) error {
 	ctx, cancel := callCtx(ctx)
 	defer cancel()
-	return a.guestAgent.Stdin(ctx, id, data, eof)
+	return a.Guest.Stdin(ctx, id, data, eof)
 }
 
 func (a boundedAgent) Signal(ctx context.Context, id, signal string) error {
 	ctx, cancel := callCtx(ctx)
 	defer cancel()
-	return a.guestAgent.Signal(ctx, id, signal)
+	return a.Guest.Signal(ctx, id, signal)
 }
 
 func (a boundedAgent) Resize(ctx context.Context, id string, rows, cols uint16) error {
 	ctx, cancel := callCtx(ctx)
 	defer cancel()
-	return a.guestAgent.Resize(ctx, id, rows, cols)
+	return a.Guest.Resize(ctx, id, rows, cols)
 }
 
 func (a boundedAgent) Get(ctx context.Context, id string) (agentproto.ProcessInfo, error) {
 	ctx, cancel := callCtx(ctx)
 	defer cancel()
-	return a.guestAgent.Get(ctx, id)
+	return a.Guest.Get(ctx, id)
 }
 
 func (a boundedAgent) List(ctx context.Context) ([]agentproto.ProcessInfo, error) {
 	ctx, cancel := callCtx(ctx)
 	defer cancel()
-	return a.guestAgent.List(ctx)
+	return a.Guest.List(ctx)
 }
 
 // settleOverdue is called when c's deadline passed and the agent has not
@@ -184,7 +185,7 @@ func (s *Server) settleOverdue(ctx context.Context, sb *store.Sandbox, c *store.
 // openEvents opens c's event stream on ctx (which the stream keeps), but
 // gives the opening itself no longer than one agent call or c's deadline:
 // past that, cancel ends ctx and the open fails.
-func openEvents(ctx context.Context, cancel context.CancelFunc, ag guestAgent, c *store.Command, after uint64) (eventStream, error) {
+func openEvents(ctx context.Context, cancel context.CancelFunc, ag worker.Guest, c *store.Command, after uint64) (agentproto.EventStream, error) {
 	limit := agentCallTimeout
 	if d, ok := commandDeadline(c); ok {
 		limit = min(limit, max(time.Until(d), 0))

@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 // wedgedAgent starts processes in the real agent but then neither streams
@@ -17,7 +18,7 @@ import (
 // a wedged VM starves its agent: every such call waits until its context
 // ends. With gone set the calls fail at once, as when the link is down.
 type wedgedAgent struct {
-	guestAgent
+	worker.Guest
 	gone bool
 }
 
@@ -29,7 +30,7 @@ func (a wedgedAgent) stall(ctx context.Context) error {
 	return fmt.Errorf("agent call: %w: %w", errdefs.ErrDeadlineExceeded, ctx.Err())
 }
 
-func (a wedgedAgent) Events(ctx context.Context, id string, after uint64) (eventStream, error) {
+func (a wedgedAgent) Events(ctx context.Context, id string, after uint64) (agentproto.EventStream, error) {
 	return wedgedStream{ctx: ctx, a: a}, nil
 }
 
@@ -58,13 +59,7 @@ func (s wedgedStream) Close() error                    { return nil }
 func TestCommandDeadlineWithoutGuest(t *testing.T) {
 	e := newEnv(t, Config{})
 	sb := e.running(e.alice, nil)
-	e.srv.agentFor = func(ctx context.Context, id string) (guestAgent, error) {
-		c, err := e.srv.worker.Agent(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return wedgedAgent{guestAgent: clientAgent{c}}, nil
-	}
+	e.worker.WrapGuest = func(id string, g worker.Guest) worker.Guest { return wedgedAgent{Guest: g} }
 	// The server decides within timeout + deadlineGrace + probeTimeout;
 	// the bound is generous, the test only needs it to be finite.
 	bound := 1*time.Second + deadlineGrace + probeTimeout + 20*time.Second
@@ -141,14 +136,8 @@ func TestCommandDeadlineWithoutGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv.agentFor = func(ctx context.Context, id string) (guestAgent, error) {
-		c, err := e.srv.worker.Agent(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		// Started by the real agent, then the link goes.
-		return wedgedAgent{guestAgent: clientAgent{c}, gone: true}, nil
-	}
+	// Started by the real agent, then the link goes.
+	e.worker.WrapGuest = func(id string, g worker.Guest) worker.Guest { return wedgedAgent{Guest: g, gone: true} }
 	// The attach starts it; its stream breaks at once (an error event).
 	if s, err := e.alice.Events(ctx, sb.ID, cmd.ID, 0); err == nil {
 		s.Close()

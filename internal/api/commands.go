@@ -13,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessSpec {
@@ -96,7 +97,7 @@ func (s *Server) cmdLock(id string) *sync.Mutex {
 }
 
 // ensureStarted starts a created command in the guest, once.
-func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.Command) (*store.Command, guestAgent, error) {
+func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.Command) (*store.Command, worker.Guest, error) {
 	ag, err := s.agent(ctx, sb.ID)
 	if err != nil {
 		return nil, nil, err
@@ -207,7 +208,7 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {
 
 // runningCommand loads a command that must be running in a running sandbox;
 // a created one is started first when start is set.
-func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, guestAgent, error) {
+func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, worker.Guest, error) {
 	sb, c, err := s.command(r)
 	if err != nil {
 		return nil, nil, err

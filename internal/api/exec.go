@@ -11,6 +11,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 // capped keeps the first max bytes written to it and notes what it dropped.
@@ -143,7 +144,7 @@ type execExit struct {
 }
 
 // execEvents collects a process's output after *lastSeq until its exit.
-func (s *Server) execEvents(ctx context.Context, ag guestAgent, pid string, lastSeq *uint64, stdout, stderr *capped) (execExit, error) {
+func (s *Server) execEvents(ctx context.Context, ag worker.Guest, pid string, lastSeq *uint64, stdout, stderr *capped) (execExit, error) {
 	stream, err := ag.Events(ctx, pid, *lastSeq)
 	if err != nil {
 		return execExit{}, err

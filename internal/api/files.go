@@ -12,6 +12,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 // maxPathLen is Linux's PATH_MAX: the guest could not open a longer path.
@@ -43,7 +44,7 @@ func filePath(q url.Values) (string, bool, error) {
 
 // fileTarget validates the file request (filePath) and returns the running
 // sandbox's agent.
-func (s *Server) fileTarget(r *http.Request) (guestAgent, string, bool, error) {
+func (s *Server) fileTarget(r *http.Request) (worker.Guest, string, bool, error) {
 	p, tar, err := filePath(r.URL.Query())
 	if err != nil {
 		return nil, "", false, err
@@ -119,7 +120,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
 	} else {
-		info, rc, err := ag.ReadFile(r.Context(), p)
+		rc, info, err := ag.ReadFile(r.Context(), p)
 		if err != nil {
 			s.writeError(w, r, err)
 			return

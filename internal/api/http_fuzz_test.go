@@ -22,6 +22,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 // httpFuzz is the server FuzzHTTP sends to: the test harness (fake worker,
@@ -51,7 +52,7 @@ type fuzzRoute struct {
 // request asks for only echo and true start (with any arguments, cwd and
 // environment but the dynamic loader's); everything else is refused as a
 // guest would refuse a missing program.
-type safeAgent struct{ guestAgent }
+type safeAgent struct{ worker.Guest }
 
 func (a safeAgent) Start(ctx context.Context, spec agentproto.ProcessSpec) (agentproto.ProcessInfo, error) {
 	ok := spec.Shell == "" && len(spec.Argv) > 0 && (spec.Argv[0] == "echo" || spec.Argv[0] == "true") && spec.User == ""
@@ -61,7 +62,7 @@ func (a safeAgent) Start(ctx context.Context, spec agentproto.ProcessSpec) (agen
 	if !ok {
 		return agentproto.ProcessInfo{}, errdefs.New(errdefs.ErrInvalidArgument, "the fuzz harness starts only echo and true")
 	}
-	return a.guestAgent.Start(ctx, spec)
+	return a.Guest.Start(ctx, spec)
 }
 
 func newHTTPFuzz(f *testing.F) *httpFuzz {
@@ -75,13 +76,7 @@ func newHTTPFuzz(f *testing.F) *httpFuzz {
 		f.Fatal(err)
 	}
 	e.srv.secrets = svc
-	e.srv.agentFor = func(ctx context.Context, id string) (guestAgent, error) {
-		c, err := e.worker.Agent(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return safeAgent{clientAgent{c}}, nil
-	}
+	e.worker.WrapGuest = func(id string, g worker.Guest) worker.Guest { return safeAgent{g} }
 	ctx := context.Background()
 	tn := &store.Tenant{ID: store.NewID(store.PrefixTenant), Name: "carol", Quota: store.Quota{MaxSandboxes: 4}, CreatedAt: time.Now()}
 	if err := e.store.CreateTenant(ctx, tn); err != nil {

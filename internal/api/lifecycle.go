@@ -18,16 +18,9 @@ import (
 // context is cancelled.
 const teardownTimeout = 2 * time.Minute
 
-// agent returns the guest agent of a sandbox.
-func (s *Server) agent(ctx context.Context, sandboxID string) (guestAgent, error) {
-	if s.agentFor != nil {
-		return s.agentFor(ctx, sandboxID)
-	}
-	c, err := s.worker.Agent(ctx, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	return clientAgent{c}, nil
+// agent returns the guest of a sandbox.
+func (s *Server) agent(ctx context.Context, sandboxID string) (worker.Guest, error) {
+	return s.worker.Agent(ctx, sandboxID)
 }
 
 // runCreate is the "create" operation: boot the sandbox on the worker and

@@ -14,6 +14,7 @@ import (
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 // lockedBuf is a log sink the server writes from many goroutines.
@@ -248,7 +249,7 @@ func TestNetworkLogGate(t *testing.T) {
 
 	on := newEnv(t, Config{Features: []string{"network_log"}})
 	sb = on.running(on.alice, nil)
-	on.worker.VM(sb.ID).NetLog = []egress.Record{
+	on.worker.VM(sb.ID).NetLog = []worker.NetworkRecord{
 		{Time: time.Now(), Sandbox: sb.ID, Kind: "http", Destination: "api.example.com:80", Upstream: "192.0.2.1:80",
 			Allowed: true, Rule: "allow api.example.com", BytesOut: 10, BytesIn: 20, Injected: []string{"Authorization"}},
 		{Time: time.Now(), Sandbox: sb.ID, Kind: "tcp", Destination: "198.51.100.7:443", Rule: "default deny"},

@@ -140,8 +140,6 @@ type Server struct {
 	routes    []route
 	// life tracks activity for idle expiry.
 	life *lifecycleState
-	// agentFor, when set (tests), replaces worker.Agent.
-	agentFor func(ctx context.Context, sandboxID string) (guestAgent, error)
 
 	// cmdLocks serialises the start of a command (first attach) and the
 	// recording of its exit.

@@ -71,7 +71,7 @@ func TestImports(t *testing.T) {
 	// The client side links nothing of the server: the CLI binary and the
 	// Go client stay small and safe to vendor.
 	clientSide := []string{"cmd/space", "internal/cli", "internal/client", "internal/mcp"}
-	clientMay := []string{"internal/api/apiv1", "internal/errdefs", "internal/client", "internal/cli", "internal/mcp"}
+	clientMay := []string{"internal/api/apiv1", "internal/errdefs", "internal/strictjson", "internal/client", "internal/cli", "internal/mcp"}
 	// The guest agent links only the protocol and the error taxonomy.
 	agentSide := []string{"cmd/space-agent", "internal/agent"}
 	agentMay := []string{"internal/agent", "internal/agentproto", "internal/errdefs"}

@@ -12,9 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"time"
-
-	"github.com/space-sandbox/space/internal/agentclient"
-	"github.com/space-sandbox/space/internal/egress"
 )
 
 // SandboxSpec is what a worker needs to start one sandbox.
@@ -111,9 +108,9 @@ type Worker interface {
 	Sandbox(ctx context.Context, id string) (SandboxStatus, error)
 	// Sandboxes lists what this worker hosts, for reconciliation at start-up.
 	Sandboxes(ctx context.Context) ([]SandboxStatus, error)
-	// Agent returns the client of the sandbox's guest agent. It stays valid
-	// across link drops; it fails once the sandbox is gone.
-	Agent(ctx context.Context, id string) (*agentclient.Client, error)
+	// Agent returns the sandbox's Guest (see Guest for what survives what).
+	// errdefs.ErrNotFound for an unknown sandbox.
+	Agent(ctx context.Context, id string) (Guest, error)
 	// SetNetworkPolicy replaces a sandbox's egress policy at once: new
 	// connections, requests and DNS queries see it, open connections it no
 	// longer allows are closed, and it is kept across restarts of the
@@ -122,7 +119,7 @@ type Worker interface {
 	SetNetworkPolicy(ctx context.Context, id string, policy json.RawMessage) error
 	// NetworkLog returns the sandbox's egress audit records (every allowed
 	// and denied connection, request and query), oldest first.
-	NetworkLog(ctx context.Context, id string) ([]egress.Record, error)
+	NetworkLog(ctx context.Context, id string) ([]NetworkRecord, error)
 	// Exits delivers one Exit for each VM that stopped on its own.
 	Exits() <-chan Exit
 	// Close releases the worker's own resources; sandboxes keep running and

@@ -34,9 +34,12 @@ type Worker struct {
 	// CreateErr, when set, makes CreateSandbox fail.
 	CreateErr error
 	// Gate, when set, blocks CreateSandbox until closed.
-	Gate     chan struct{}
-	NotReady error
-	Deleted  []string
+	Gate chan struct{}
+	// WrapGuest, when set, wraps the Guest Agent hands out (a test's
+	// stalled or filtering guest around the real agent's client).
+	WrapGuest func(id string, g worker.Guest) worker.Guest
+	NotReady  error
+	Deleted   []string
 	// Forgotten are the template references ForgetTemplate got.
 	Forgotten []string
 	// LifecycleGate, when set, blocks every lifecycle call until closed.
@@ -56,7 +59,7 @@ type VM struct {
 	// State is the worker.VM* state ("" is running).
 	State string
 	// NetLog is what NetworkLog returns.
-	NetLog []egress.Record
+	NetLog []worker.NetworkRecord
 	client *agentclient.Client
 	cancel context.CancelFunc
 }
@@ -191,12 +194,16 @@ func (w *Worker) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, error) 
 	return out, nil
 }
 
-func (w *Worker) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
+func (w *Worker) Agent(ctx context.Context, id string) (worker.Guest, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	vm, ok := w.vms[id]
+	wrap := w.WrapGuest
+	w.mu.Unlock()
 	if !ok {
 		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %s is not on this worker", id)
+	}
+	if wrap != nil {
+		return wrap(id, vm.client), nil
 	}
 	return vm.client, nil
 }
@@ -218,14 +225,14 @@ func (w *Worker) SetNetworkPolicy(ctx context.Context, id string, policy json.Ra
 }
 
 // NetworkLog returns the VM's NetLog.
-func (w *Worker) NetworkLog(ctx context.Context, id string) ([]egress.Record, error) {
+func (w *Worker) NetworkLog(ctx context.Context, id string) ([]worker.NetworkRecord, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	vm, ok := w.vms[id]
 	if !ok {
 		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %s is not on this worker", id)
 	}
-	return append([]egress.Record{}, vm.NetLog...), nil
+	return append([]worker.NetworkRecord{}, vm.NetLog...), nil
 }
 
 func (w *Worker) Exits() <-chan worker.Exit { return w.exits }

@@ -103,14 +103,15 @@ func RunAgent(t *testing.T, h AgentHarness) {
 			t.Fatal(err)
 		}
 		var got strings.Builder
+		var last uint64
 		for !strings.Contains(got.String(), "line5\n") {
 			ev, err := s.Next()
 			if err != nil {
 				t.Fatalf("events before drop: %v", err)
 			}
 			got.Write(ev.Data)
+			last = ev.Seq
 		}
-		last := s.LastSeq()
 		c.Disconnect() // the link drops, as at every restore
 		s.Close()
 		out := collect(t, c, id, last)

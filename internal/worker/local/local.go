@@ -210,10 +210,17 @@ func (w *Worker) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, error) 
 }
 
 // Agent returns the sandbox's agent client.
-func (w *Worker) Agent(ctx context.Context, id string) (*agentclient.Client, error) {
+func (w *Worker) Agent(ctx context.Context, id string) (worker.Guest, error) {
 	sb, err := w.lookup(id)
 	if err != nil {
 		return nil, err
 	}
-	return sb.agentClient()
+	c, err := sb.agentClient()
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
+
+// The agent's client is the local form of a guest.
+var _ worker.Guest = (*agentclient.Client)(nil)

@@ -236,14 +236,24 @@ func (w *Worker) SetNetworkPolicy(ctx context.Context, id string, policy json.Ra
 }
 
 // NetworkLog returns the sandbox's egress audit records.
-func (w *Worker) NetworkLog(ctx context.Context, id string) ([]egress.Record, error) {
+func (w *Worker) NetworkLog(ctx context.Context, id string) ([]worker.NetworkRecord, error) {
 	if _, err := w.lookup(id); err != nil {
 		return nil, err
 	}
 	if !w.networking() {
-		return []egress.Record{}, nil
+		return []worker.NetworkRecord{}, nil
 	}
-	return w.cfg.Egress.Log(id)
+	recs, err := w.cfg.Egress.Log(id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]worker.NetworkRecord, len(recs))
+	for i, r := range recs {
+		out[i] = worker.NetworkRecord{Time: r.Time, Sandbox: r.Sandbox, Kind: r.Kind, Destination: r.Destination,
+			Upstream: r.Upstream, Allowed: r.Allowed, Rule: r.Rule, BytesOut: r.BytesOut, BytesIn: r.BytesIn,
+			Injected: r.Injected}
+	}
+	return out, nil
 }
 
 // reapNamespaces removes sandbox namespaces no sandbox of this worker owns

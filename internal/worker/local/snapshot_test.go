@@ -19,7 +19,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/testenv"
@@ -77,7 +76,7 @@ func spec(id string) worker.SandboxSpec {
 var cmdSeq atomic.Int64
 
 // sh runs a shell command to its end and returns its exit code.
-func sh(t *testing.T, c *agentclient.Client, script string) int {
+func sh(t *testing.T, c worker.Guest, script string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -100,7 +99,7 @@ func sh(t *testing.T, c *agentclient.Client, script string) int {
 	}
 }
 
-func readFile(t *testing.T, c *agentclient.Client, path string) ([]byte, error) {
+func readFile(t *testing.T, c worker.Guest, path string) ([]byte, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -112,7 +111,7 @@ func readFile(t *testing.T, c *agentclient.Client, path string) ([]byte, error) 
 	return io.ReadAll(r)
 }
 
-func agent(t *testing.T, w *local.Worker, id string) *agentclient.Client {
+func agent(t *testing.T, w *local.Worker, id string) worker.Guest {
 	t.Helper()
 	c, err := w.Agent(context.Background(), id)
 	if err != nil {
@@ -126,7 +125,7 @@ const counterID = "counter"
 
 // startCounter runs a shell loop that counts in a shell variable (process
 // memory) and publishes the count in /tmp/counter.
-func startCounter(t *testing.T, c *agentclient.Client) {
+func startCounter(t *testing.T, c worker.Guest) {
 	t.Helper()
 	_, err := c.Start(context.Background(), agentproto.ProcessSpec{ID: counterID,
 		Shell: `i=0; while true; do i=$((i+1)); echo $i > /tmp/c.tmp; mv /tmp/c.tmp /tmp/counter; sleep 0.05; done`})
@@ -138,7 +137,7 @@ func startCounter(t *testing.T, c *agentclient.Client) {
 
 // count reads the counter; the counter process must still be the one
 // started (running, never restarted).
-func count(t *testing.T, c *agentclient.Client) int {
+func count(t *testing.T, c worker.Guest) int {
 	t.Helper()
 	info, err := c.Get(context.Background(), counterID)
 	if err != nil {
@@ -159,7 +158,7 @@ func count(t *testing.T, c *agentclient.Client) int {
 }
 
 // waitCount waits until the counter passes n and returns its value.
-func waitCount(t *testing.T, c *agentclient.Client, n int) int {
+func waitCount(t *testing.T, c worker.Guest, n int) int {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -177,7 +176,7 @@ func waitCount(t *testing.T, c *agentclient.Client, n int) int {
 }
 
 // writeRandom writes n random bytes to path in the guest and returns their sha256.
-func writeRandom(t *testing.T, c *agentclient.Client, path string, n int) [32]byte {
+func writeRandom(t *testing.T, c worker.Guest, path string, n int) [32]byte {
 	t.Helper()
 	b := make([]byte, n)
 	rand.Read(b)
@@ -187,7 +186,7 @@ func writeRandom(t *testing.T, c *agentclient.Client, path string, n int) [32]by
 	return sha256.Sum256(b)
 }
 
-func checkFile(t *testing.T, c *agentclient.Client, path string, want [32]byte) {
+func checkFile(t *testing.T, c worker.Guest, path string, want [32]byte) {
 	t.Helper()
 	b, err := readFile(t, c, path)
 	if err != nil {
@@ -241,7 +240,7 @@ func TestLifecycle(t *testing.T) {
 	ca, cb := agent(t, w, "sbx_a"), agent(t, w, "sbx_b")
 
 	t.Run("clones get different entropy", func(t *testing.T) {
-		for _, c := range []*agentclient.Client{ca, cb} {
+		for _, c := range []worker.Guest{ca, cb} {
 			if code := sh(t, c, "head -c 32 /dev/urandom > /tmp/rnd && cat /proc/sys/kernel/random/boot_id > /tmp/boot_id"); code != 0 {
 				t.Fatalf("exit %d", code)
 			}
