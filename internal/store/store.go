@@ -132,6 +132,11 @@ type Store interface {
 	ListCheckpoints(ctx context.Context, f CheckpointFilter) (Page[*Checkpoint], error)
 	UpdateCheckpoint(ctx context.Context, id string, from []CheckpointState, mutate func(*Checkpoint) error) (*Checkpoint, error)
 	DeleteCheckpoint(ctx context.Context, tenantID, id string) error
+
+	// E2B envd access tokens. GetEnvdToken finds a sandbox's token by its
+	// hash (ErrNotFound when the sandbox has no such token).
+	CreateEnvdToken(ctx context.Context, t *EnvdToken) error
+	GetEnvdToken(ctx context.Context, sandboxID, hash string) (*EnvdToken, error)
 }
 
 // Page is one page of a listing. NextPageToken is empty on the last page.

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 		{"Templates", testTemplates},
 		{"Secrets", testSecrets},
 		{"Checkpoints", testCheckpoints},
+		{"EnvdTokens", testEnvdTokens},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,41 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+func (c *conn) CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error {
+	c = c.bind(ctx)
+	if t.SandboxID == "" || t.TenantID == "" || t.Hash == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "envd token sandbox, tenant and hash are required")
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now()
+	}
+	if _, err := c.wr.ExecContext(ctx, `INSERT INTO envd_tokens (sandbox_id, hash, tenant_id, created_at) VALUES (?, ?, ?, ?)`,
+		t.SandboxID, t.Hash, t.TenantID, nanos(t.CreatedAt)); err != nil {
+		return dbErr("create envd token", err)
+	}
+	return nil
+}
+
+func (c *conn) GetEnvdToken(ctx context.Context, sandboxID, hash string) (*store.EnvdToken, error) {
+	c = c.bind(ctx)
+	t := &store.EnvdToken{SandboxID: sandboxID, Hash: hash}
+	var created int64
+	err := c.rd.QueryRowContext(ctx, `SELECT tenant_id, created_at FROM envd_tokens WHERE sandbox_id = ? AND hash = ?`,
+		sandboxID, hash).Scan(&t.TenantID, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "envd token not found")
+	}
+	if err != nil {
+		return nil, dbErr("get envd token", err)
+	}
+	t.CreatedAt = fromNanos(created)
+	return t, nil
+}
