@@ -206,7 +206,10 @@ func (s State) Release() {
 	releaseID(s.UID)
 }
 
-// Kill SIGKILLs everything in the jail's cgroups.
+// Kill SIGKILLs everything in the jail's cgroups. A jail init joins them
+// first thing, but one that has only just started may not have yet: the
+// caller also kills its process (group) by pid, which it knows is not
+// reused (it is the child's parent, or it checked the start time).
 func (s State) Kill() { killCgroups(s.Cgroups) }
 
 // OOMKilled reports whether the jail's memory limit killed a process.

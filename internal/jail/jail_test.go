@@ -166,6 +166,8 @@ func TestSweep(t *testing.T) {
 	}
 	live := start("sleep 60")
 	t.Cleanup(func() {
+		// It may not have joined its cgroups yet: kill it by pid too.
+		_ = live.Cmd.Process.Kill()
 		live.State.Kill()
 		_ = live.Cmd.Wait()
 		live.State.Release()
