@@ -194,12 +194,17 @@ func (s *server) teardown() {
 		t.Logf("umount %s: %v", vol, err)
 	}
 	if t.Failed() && s.log != nil {
-		b, _ := os.ReadFile(s.log.Name())
-		if len(b) > 20000 {
-			b = b[len(b)-20000:]
-		}
-		t.Logf("spaced log (tail):\n%s", b)
+		t.Logf("spaced log (tail):\n%s", s.logTail(20000))
 	}
+}
+
+// logTail is the last n bytes of the current spaced's log.
+func (s *server) logTail(n int) []byte {
+	b, _ := os.ReadFile(s.log.Name())
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return b
 }
 
 // vmmPIDs lists QEMU processes whose command line names dir.
