@@ -53,9 +53,30 @@ func allocID() (int, error) {
 
 func idPath(id int) string { return filepath.Join(idDir, strconv.Itoa(id)) }
 
-// recordID writes who holds id, so a sweep can tell a dead holder.
-func recordID(id, pid int, start uint64) error {
-	return os.WriteFile(idPath(id), []byte(fmt.Sprintf("%d %d\n", pid, start)), 0o600)
+// recordID writes who holds id, so a sweep can tell a dead holder, and its
+// cgroups, which a sweep by a process in other (v1) cgroups would not find.
+func recordID(id, pid int, start uint64, cgroups []string) error {
+	b := fmt.Sprintf("%d %d\n", pid, start)
+	for _, d := range cgroups {
+		b += d + "\n"
+	}
+	return os.WriteFile(idPath(id), []byte(b), 0o600)
+}
+
+// recordedCgroups are the cgroups recordID wrote for id.
+func recordedCgroups(id int) []string {
+	b, err := os.ReadFile(idPath(id))
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var out []string
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, cgroupRoot+"/") && strings.HasSuffix(l, "/"+cgroupParent+"/"+strconv.Itoa(id)) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func releaseID(id int) { _ = os.Remove(idPath(id)) }
@@ -77,7 +98,8 @@ func idInUse(id int) bool {
 	}
 	var pid int
 	var start uint64
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d %d", &pid, &start); err != nil {
+	first, _, _ := strings.Cut(string(b), "\n")
+	if _, err := fmt.Sscanf(first, "%d %d", &pid, &start); err != nil {
 		st, err := os.Stat(p)
 		return err == nil && time.Since(st.ModTime()) < time.Minute
 	}
@@ -124,7 +146,13 @@ func Sweep() {
 		if err != nil || idInUse(id) {
 			continue
 		}
-		st := State{UID: id, GID: id, Cgroups: cgroupDirs(id)}
+		dirs := recordedCgroups(id)
+		for _, d := range cgroupDirs(id) {
+			if !contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+		st := State{UID: id, GID: id, Cgroups: dirs}
 		st.Release()
 	}
 	// Cgroups whose id file is gone (a release interrupted between the two).

@@ -189,7 +189,7 @@ func Start(spec Spec) (_ *Jail, err error) {
 		return nil, fmt.Errorf("jail: start: %w: %v", errdefs.ErrInternal, err)
 	}
 	if start, err := StartTime(cmd.Process.Pid); err == nil {
-		_ = recordID(id, cmd.Process.Pid, start)
+		_ = recordID(id, cmd.Process.Pid, start, st.Cgroups)
 	}
 	return &Jail{Cmd: cmd, State: st}, nil
 }
