@@ -55,6 +55,10 @@ type Config struct {
 	// MaxConnsPerClient bounds the connections one remote IP holds open
 	// (0: no bound).
 	MaxConnsPerClient int
+
+	// E2BRefuseInternet answers 403 to E2B creates asking for
+	// allow_internet_access: true (internal/e2b).
+	E2BRefuseInternet bool
 }
 
 type multiFlag []string
@@ -89,6 +93,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.IntVar(&cfg.DefaultQuota.MaxMemoryMiB, "quota-memory-mib", 32768, "default per-tenant limit on memory of live sandboxes")
 	fs.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", DefaultMaxConnsPerClient,
 		"open connections one client (remote IP) may hold; more are closed at once (0: no bound; behind a proxy every client is the proxy)")
+	fs.BoolVar(&cfg.E2BRefuseInternet, "e2b-refuse-internet", false, "refuse E2B creates with allow_internet_access: true (403); SPACE's own API is unaffected")
 	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/guest"
 	"github.com/space-sandbox/space/internal/operation"
 	"github.com/space-sandbox/space/internal/storage"
@@ -159,6 +160,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	// The E2B-compatible API shares the listener; it passes /v1 through.
+	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet}, hs.Handler, db, log)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	go srv.Run(bg)

@@ -1,0 +1,135 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/sqlite"
+)
+
+func TestIsREST(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		want bool
+	}{
+		{"/sandboxes", true}, {"/sandboxes/sbx_1/pause", true}, {"/v2/sandboxes", true},
+		{"/v2/sandboxes/sbx_1/connect", true}, {"/v3/templates", true}, {"/health", true},
+		{"/volumes/x", true}, {"/v1/sandboxes", false}, {"/healthz", false}, {"/openapi.json", false},
+		{"/metrics", false}, {"/sandboxesX", false}, {"/v2/v1", false}, {"/", false},
+	} {
+		if got := isREST(c.path); got != c.want {
+			t.Errorf("isREST(%q) = %v, want %v", c.path, got, c.want)
+		}
+	}
+}
+
+// fakeV1 stands for SPACE's /v1 handler: it records what reached it and
+// answers a file read with the principal's tenant in the body.
+type fakeV1 struct{ paths []string }
+
+func (f *fakeV1) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.paths = append(f.paths, r.Method+" "+r.URL.Path)
+	switch {
+	case r.URL.Path == "/v1/sandboxes/sbx_a/files" && r.Method == "GET":
+		p, ok := auth.FromContext(r.Context())
+		if !ok {
+			http.Error(w, `{"error":{"code":"unauthenticated","message":"no principal"}}`, 401)
+			return
+		}
+		_, _ = io.WriteString(w, "tenant="+p.TenantID+" path="+r.URL.Query().Get("path"))
+	case strings.HasPrefix(r.URL.Path, "/v1/sandboxes/"):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(404)
+		_, _ = io.WriteString(w, `{"error":{"code":"not_found","message":"sandbox not found"}}`)
+	default:
+		w.WriteHeader(299)
+	}
+}
+
+func newTestHandler(t *testing.T) (*Handler, *fakeV1, string) {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "space.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tok := "secret-token"
+	if err := st.CreateEnvdToken(context.Background(), &store.EnvdToken{SandboxID: "sbx_a", TenantID: "ten_a", Hash: auth.HashKey(tok)}); err != nil {
+		t.Fatal(err)
+	}
+	v1 := &fakeV1{}
+	return New(Config{}, v1, st, nil), v1, tok
+}
+
+func TestRouting(t *testing.T) {
+	h, v1, tok := newTestHandler(t)
+	for _, c := range []struct {
+		name       string
+		method     string
+		path       string
+		hdr        map[string]string
+		wantStatus int
+		wantBody   string // substring
+	}{
+		{"v1 passes through", "GET", "/v1/sandboxes", nil, 299, ""},
+		{"healthz passes through", "GET", "/healthz", nil, 299, ""},
+		{"rest health", "GET", "/health", nil, 200, `"ok"`},
+		{"rest without key", "GET", "/sandboxes/sbx_a", nil, 401, `"code":401`},
+		{"rest unknown sandbox", "GET", "/sandboxes/sbx_x", map[string]string{"X-API-KEY": "space_k"}, 404, `{"code":404,"message":"sandbox not found"}`},
+		{"rest unsupported", "GET", "/sandboxes/sbx_a/metrics", map[string]string{"X-API-KEY": "space_k"}, 501, `"code":501`},
+		{"envd other port", "GET", "/", map[string]string{HeaderSandboxID: "sbx_a", HeaderSandboxPort: "8080"}, 502, `"code":502`},
+		{"envd health of unknown sandbox", "GET", "/health", map[string]string{HeaderSandboxID: "sbx_a", HeaderSandboxPort: EnvdPort}, 502, ""},
+		{"envd without token", "GET", "/files?path=/x", map[string]string{HeaderSandboxID: "sbx_a"}, 401, `"code":401`},
+		{"envd wrong token", "GET", "/files?path=/x", map[string]string{HeaderSandboxID: "sbx_a", HeaderAccessToken: "nope"}, 401, ""},
+		{"envd token of another sandbox", "GET", "/files?path=/x", map[string]string{HeaderSandboxID: "sbx_b", HeaderAccessToken: tok}, 401, ""},
+		{"envd files as the tenant", "GET", "/files?path=rel/x", map[string]string{HeaderSandboxID: "sbx_a", HeaderAccessToken: tok}, 200, "tenant=ten_a path=/home/user/rel/x"},
+		{"envd rpc without token", "POST", "/process.Process/List", map[string]string{HeaderSandboxID: "sbx_a", "Content-Type": "application/json"}, 401, `"code":"unauthenticated"`},
+		{"envd unknown rpc", "POST", "/filesystem.Filesystem/WatchDir", map[string]string{HeaderSandboxID: "sbx_a", HeaderAccessToken: tok, "Content-Type": "application/json"}, 501, `"code":"unimplemented"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(c.method, c.path, nil)
+			for k, v := range c.hdr {
+				r.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != c.wantStatus || !strings.Contains(w.Body.String(), c.wantBody) {
+				t.Fatalf("%s %s = %d %s, want %d with %q", c.method, c.path, w.Code, w.Body.String(), c.wantStatus, c.wantBody)
+			}
+		})
+	}
+	for _, p := range v1.paths {
+		if !strings.HasPrefix(p, "GET /v1/") && p != "GET /healthz" {
+			t.Errorf("/v1 handler got %s", p)
+		}
+	}
+}
+
+func TestStreamErrorBeforeAuth(t *testing.T) {
+	h, _, _ := newTestHandler(t)
+	r := httptest.NewRequest("POST", "/process.Process/Start", bytes.NewReader(envelope(0, []byte(`{}`))))
+	r.Header.Set(HeaderSandboxID, "sbx_a")
+	r.Header.Set("Content-Type", "application/connect+json")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 || w.Header().Get("Content-Type") != "application/connect+json" {
+		t.Fatalf("status %d type %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	flags, msg, err := readEnvelope(w.Body)
+	if err != nil || flags != flagEndStream {
+		t.Fatalf("frame flags %x err %v", flags, err)
+	}
+	var end struct{ Error rpcError }
+	if err := json.Unmarshal(msg, &end); err != nil || end.Error.Code != "unauthenticated" {
+		t.Fatalf("end %s: %v", msg, err)
+	}
+}

@@ -1,0 +1,157 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+)
+
+// restError is E2B's error body: the HTTP status again, as a number, which
+// the SDKs read (kill() is false only on code 404, pause() on 409).
+type restError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeRESTError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, restError{Code: status, Message: fmt.Sprintf(format, args...)})
+}
+
+// writeErr answers err in E2B's shape: a /v1 error keeps its status and
+// message (and Retry-After, which the SDKs honour on 429); anything else is
+// a 500 whose cause goes to the log only.
+func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	var ve *v1Error
+	if errors.As(err, &ve) {
+		if ve.retryAfter != "" {
+			w.Header().Set("Retry-After", ve.retryAfter)
+		}
+		writeRESTError(w, ve.status, "%s", ve.message)
+		return
+	}
+	var pe *publicError
+	if errors.As(err, &pe) {
+		writeRESTError(w, pe.status, "%s", pe.message)
+		return
+	}
+	h.log.ErrorContext(r.Context(), "e2b: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeRESTError(w, http.StatusInternalServerError, "internal error")
+}
+
+// publicError is an error of this package with a status and a message fit
+// for the caller.
+type publicError struct {
+	status  int
+	message string
+}
+
+func (e *publicError) Error() string { return e.message }
+
+func errorf(status int, format string, args ...any) error {
+	return &publicError{status: status, message: fmt.Sprintf(format, args...)}
+}
+
+func (h *Handler) restMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("POST /sandboxes", h.withKey(h.createSandbox))
+	mux.HandleFunc("POST /v2/sandboxes", h.withKey(h.createSandbox))
+	mux.HandleFunc("GET /sandboxes", h.withKey(h.listSandboxes))
+	mux.HandleFunc("GET /v2/sandboxes", h.withKey(h.listSandboxes))
+	mux.HandleFunc("GET /sandboxes/{id}", h.withKey(h.getSandbox))
+	mux.HandleFunc("DELETE /sandboxes/{id}", h.withKey(h.killSandbox))
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.withKey(h.setTimeout))
+	mux.HandleFunc("POST /sandboxes/{id}/pause", h.withKey(h.pauseSandbox))
+	mux.HandleFunc("POST /sandboxes/{id}/connect", h.withKey(h.connectSandbox))
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", h.withKey(h.connectSandbox))
+	mux.HandleFunc("POST /sandboxes/{id}/resume", h.withKey(h.connectSandbox))
+	// Everything else E2B defines under its prefixes (metrics, logs,
+	// snapshots, forks, network updates, templates, volumes, teams, …).
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeRESTError(w, http.StatusNotImplemented, "%s %s is not supported by SPACE's E2B-compatible API", r.Method, r.URL.Path)
+	})
+	return mux
+}
+
+// withKey requires X-API-KEY (a SPACE key; /v1 checks it) and hands it on.
+func (h *Handler) withKey(fn func(w http.ResponseWriter, r *http.Request, who caller)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimSpace(r.Header.Get(HeaderAPIKey))
+		if key == "" {
+			writeRESTError(w, http.StatusUnauthorized, "missing X-API-KEY header")
+			return
+		}
+		fn(w, r, caller{key: key})
+	}
+}
+
+// waitOp waits for an operation to end, within cfg.OpWait. A failed
+// operation is its error with the status its code maps to.
+func (h *Handler) waitOp(ctx context.Context, who caller, op apiv1.Operation, what string) error {
+	deadline := time.Now().Add(h.cfg.OpWait)
+	for !opDone(op.State) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errorf(http.StatusGatewayTimeout, "%s of %s did not finish within %s; it goes on (operation %s)", what, op.Target, h.cfg.OpWait, op.ID)
+		}
+		wait := min(left, 30*time.Second)
+		q := url.Values{"wait": {fmt.Sprintf("%ds", max(1, int(wait.Seconds())))}}
+		if _, err := h.callJSON(ctx, who, "GET", "/v1/operations/"+op.ID, q, nil, &op); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if op.State == apiv1.OpSucceeded {
+		return nil
+	}
+	msg := what + " failed"
+	code := "internal"
+	if op.Error != nil {
+		msg, code = what+" failed: "+op.Error.Message, op.Error.Code
+	}
+	return errorf(statusOfCode(code), "%s", msg)
+}
+
+func opDone(state string) bool {
+	return state == apiv1.OpSucceeded || state == apiv1.OpFailed || state == apiv1.OpCancelled
+}
+
+// statusOfCode maps the contract's error codes to their HTTP statuses.
+func statusOfCode(code string) int {
+	switch code {
+	case "invalid_argument":
+		return http.StatusBadRequest
+	case "unauthenticated":
+		return http.StatusUnauthorized
+	case "permission_denied":
+		return http.StatusForbidden
+	case "not_found":
+		return http.StatusNotFound
+	case "conflict":
+		return http.StatusConflict
+	case "failed_precondition":
+		return http.StatusPreconditionFailed
+	case "resource_exhausted":
+		return http.StatusTooManyRequests
+	case "unavailable":
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,395 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// createRequest is the body of POST /sandboxes and /v2/sandboxes. Fields
+// SPACE does not use are ignored, as E2B ignores unknown ones.
+type createRequest struct {
+	TemplateID          string            `json:"templateID"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Timeout             *int              `json:"timeout"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	AutoPause           *bool             `json:"autoPause"`
+}
+
+// sandboxResponse answers create and connect.
+type sandboxResponse struct {
+	SandboxID       string  `json:"sandboxID"`
+	TemplateID      string  `json:"templateID"`
+	Alias           string  `json:"alias,omitempty"`
+	ClientID        string  `json:"clientID"`
+	EnvdVersion     string  `json:"envdVersion"`
+	EnvdAccessToken string  `json:"envdAccessToken"`
+	Domain          *string `json:"domain"`
+}
+
+// sandboxDetail is GET /sandboxes/{id} and an item of the listings.
+type sandboxDetail struct {
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	SandboxID   string            `json:"sandboxID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	EnvdVersion string            `json:"envdVersion"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	State       string            `json:"state"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+// clientID stands in for E2B's legacy client id: the worker, or "space".
+func clientID(sb apiv1.Sandbox) string {
+	if sb.Worker != "" {
+		return sb.Worker
+	}
+	return "space"
+}
+
+// e2bState maps SPACE's states to E2B's two: E2B's paused is SPACE's
+// suspended (and a vCPU-paused sandbox is not running either).
+func e2bState(s string) string {
+	switch s {
+	case apiv1.SandboxSuspending, apiv1.SandboxSuspended, apiv1.SandboxPaused, apiv1.SandboxFailed:
+		return "paused"
+	}
+	return "running"
+}
+
+// spaceStates are the SPACE states an E2B state filter selects.
+func spaceStates(e2b string) []string {
+	switch e2b {
+	case "running":
+		return []string{apiv1.SandboxCreating, apiv1.SandboxRunning, apiv1.SandboxPausing, apiv1.SandboxWaking}
+	case "paused":
+		return []string{apiv1.SandboxPaused, apiv1.SandboxSuspending, apiv1.SandboxSuspended, apiv1.SandboxFailed}
+	}
+	return nil
+}
+
+func gone(sb apiv1.Sandbox) bool {
+	return sb.State == apiv1.SandboxDeleted || sb.State == apiv1.SandboxDeleting
+}
+
+func toDetail(sb apiv1.Sandbox) sandboxDetail {
+	end := sb.CreatedAt
+	if sb.ExpiresAt != nil {
+		end = *sb.ExpiresAt
+	}
+	md := sb.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return sandboxDetail{
+		TemplateID: sb.Template, Alias: sb.Template, SandboxID: sb.ID, ClientID: clientID(sb),
+		StartedAt: sb.CreatedAt, EndAt: end, EnvdVersion: EnvdVersion,
+		CPUCount: sb.VCPUs, MemoryMB: sb.MemoryMiB, DiskSizeMB: sb.DiskMiB,
+		State: e2bState(sb.State), Metadata: md,
+	}
+}
+
+// newEnvdToken makes a sandbox's envd access token and stores its hash.
+func (h *Handler) newEnvdToken(ctx context.Context, sb apiv1.Sandbox, tenantID string) (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(b[:])
+	err := h.store.CreateEnvdToken(ctx, &store.EnvdToken{SandboxID: sb.ID, TenantID: tenantID, Hash: auth.HashKey(tok)})
+	return tok, err
+}
+
+// tenantOf finds the tenant of a sandbox the caller can see (it just read
+// it through /v1 with the caller's key).
+func (h *Handler) tenantOf(ctx context.Context, id string) (string, error) {
+	sb, err := h.store.GetSandbox(ctx, store.AnyTenant, id)
+	if err != nil {
+		return "", err
+	}
+	return sb.TenantID, nil
+}
+
+func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who caller) {
+	var req createRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		writeRESTError(w, http.StatusBadRequest, "request body is not valid JSON")
+		return
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		writeRESTError(w, http.StatusNotImplemented, "autoPause is not supported: a SPACE sandbox is deleted when its timeout ends")
+		return
+	}
+	in := apiv1.CreateSandboxRequest{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
+	if in.Template == "" {
+		in.Template = "base"
+	}
+	if req.Timeout != nil {
+		in.TimeoutSeconds = *req.Timeout
+	}
+	if req.AllowInternetAccess != nil && *req.AllowInternetAccess {
+		if h.cfg.RefuseInternet {
+			writeRESTError(w, http.StatusForbidden, "internet access is disabled on this deployment: create the sandbox with allowInternetAccess: false")
+			return
+		}
+		// Egress default allow; the platform's guards (host, metadata,
+		// other sandboxes) hold whatever the policy says.
+		in.Network = json.RawMessage(`{"egress":{"default":"allow"}}`)
+	}
+	var out apiv1.SandboxAndOperation
+	if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes", nil, in, &out); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	tenant, err := h.tenantOf(r.Context(), out.Sandbox.ID)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	tok, err := h.newEnvdToken(r.Context(), out.Sandbox, tenant)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if err := h.waitOp(r.Context(), who, out.Operation, "create"); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sandboxResponse{
+		SandboxID: out.Sandbox.ID, TemplateID: out.Sandbox.Template, Alias: out.Sandbox.Template,
+		ClientID: clientID(out.Sandbox), EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+	})
+}
+
+// get reads a sandbox; a deleted one is 404, as E2B has no deleted state.
+func (h *Handler) get(ctx context.Context, who caller, id string) (apiv1.Sandbox, error) {
+	var sb apiv1.Sandbox
+	if _, err := h.callJSON(ctx, who, "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb); err != nil {
+		return sb, err
+	}
+	if gone(sb) {
+		return sb, errorf(http.StatusNotFound, "sandbox %q not found", id)
+	}
+	return sb, nil
+}
+
+func (h *Handler) getSandbox(w http.ResponseWriter, r *http.Request, who caller) {
+	sb, err := h.get(r.Context(), who, r.PathValue("id"))
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toDetail(sb))
+}
+
+func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, who caller) {
+	in := r.URL.Query()
+	q := url.Values{}
+	if md := in.Get("metadata"); md != "" {
+		kv, err := url.ParseQuery(md)
+		if err != nil {
+			writeRESTError(w, http.StatusBadRequest, "metadata must be a URL-encoded key=value&… string")
+			return
+		}
+		for k, v := range kv {
+			q.Set("metadata."+k, v[len(v)-1])
+		}
+	}
+	var states []string
+	for _, v := range in["state"] {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			st := spaceStates(s)
+			if st == nil {
+				writeRESTError(w, http.StatusBadRequest, "unknown state %q (running or paused)", s)
+				return
+			}
+			states = append(states, st...)
+		}
+	}
+	if len(states) == 0 {
+		states = append(spaceStates("running"), spaceStates("paused")...)
+	}
+	q.Set("state", strings.Join(states, ","))
+	if l := in.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			writeRESTError(w, http.StatusBadRequest, "limit must be a positive integer")
+			return
+		}
+		q.Set("page_size", strconv.Itoa(n))
+	}
+	if t := in.Get("nextToken"); t != "" {
+		q.Set("page_token", t)
+	}
+	var list apiv1.SandboxList
+	if _, err := h.callJSON(r.Context(), who, "GET", "/v1/sandboxes", q, nil, &list); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	out := make([]sandboxDetail, 0, len(list.Sandboxes))
+	for _, sb := range list.Sandboxes {
+		out = append(out, toDetail(sb))
+	}
+	if list.NextPageToken != "" {
+		w.Header().Set("X-Next-Token", list.NextPageToken)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) killSandbox(w http.ResponseWriter, r *http.Request, who caller) {
+	id := r.PathValue("id")
+	if _, err := h.get(r.Context(), who, id); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	var out apiv1.OperationResponse
+	if _, err := h.callJSON(r.Context(), who, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &out); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if err := h.waitOp(r.Context(), who, out.Operation, "kill"); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type timeoutRequest struct {
+	Timeout int `json:"timeout"`
+}
+
+func (h *Handler) keep(ctx context.Context, who caller, id string, seconds int) error {
+	_, err := h.callJSON(ctx, who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/keep", nil,
+		apiv1.KeepRequest{TimeoutSeconds: seconds}, nil)
+	return err
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, who caller) {
+	var req timeoutRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || req.Timeout < 1 {
+		writeRESTError(w, http.StatusBadRequest, "body must be {\"timeout\": seconds} with seconds ≥ 1")
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := h.get(r.Context(), who, id); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if err := h.keep(r.Context(), who, id, req.Timeout); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) pauseSandbox(w http.ResponseWriter, r *http.Request, who caller) {
+	id := r.PathValue("id")
+	sb, err := h.get(r.Context(), who, id)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if e2bState(sb.State) == "paused" {
+		writeRESTError(w, http.StatusConflict, "sandbox %q is already paused", id)
+		return
+	}
+	var out apiv1.OperationResponse
+	if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/suspend", nil, struct{}{}, &out); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if err := h.waitOp(r.Context(), who, out.Operation, "pause"); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// settle waits while a sandbox is between states.
+func (h *Handler) settle(ctx context.Context, who caller, sb apiv1.Sandbox) (apiv1.Sandbox, error) {
+	deadline := time.Now().Add(h.cfg.OpWait)
+	for {
+		switch sb.State {
+		case apiv1.SandboxCreating, apiv1.SandboxPausing, apiv1.SandboxSuspending, apiv1.SandboxWaking:
+		default:
+			return sb, nil
+		}
+		if time.Now().After(deadline) {
+			return sb, errorf(http.StatusGatewayTimeout, "sandbox %q is still %s", sb.ID, sb.State)
+		}
+		select {
+		case <-ctx.Done():
+			return sb, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		var err error
+		if sb, err = h.get(ctx, who, sb.ID); err != nil {
+			return sb, err
+		}
+	}
+}
+
+func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request, who caller) {
+	var req timeoutRequest
+	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req) // the body is optional
+	id := r.PathValue("id")
+	sb, err := h.get(r.Context(), who, id)
+	if err == nil {
+		sb, err = h.settle(r.Context(), who, sb)
+	}
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if sb.State != apiv1.SandboxRunning {
+		var out apiv1.OperationResponse
+		if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/wake", nil, struct{}{}, &out); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		if err := h.waitOp(r.Context(), who, out.Operation, "resume"); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		status = http.StatusCreated
+	}
+	if req.Timeout > 0 {
+		if err := h.keep(r.Context(), who, id, req.Timeout); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+	}
+	tenant, err := h.tenantOf(r.Context(), id)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	tok, err := h.newEnvdToken(r.Context(), sb, tenant)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	writeJSON(w, status, sandboxResponse{
+		SandboxID: sb.ID, TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID(sb),
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+	})
+}
