@@ -179,8 +179,33 @@ setup_client_sdks() {
 }
 # --- end of the client SDK block
 
+# --- E2B SDK test (issue 13): e2e/e2b-sdk holds the official `e2b` npm
+# package at 2.51.0 and 2.50.0 (aliases e2b-new and e2b-old), pinned by its
+# package-lock.json and installed with `npm ci --ignore-scripts`, only when
+# the lockfile changed. The SDK needs node >= 20.18.1 (setup_client_sdks
+# installs node and npm when absent).
+setup_e2b_sdk() {
+  local dir stamp want
+  command -v node >/dev/null 2>&1 || die "e2b-sdk: node not found (needs node >= 20.18.1 and npm)"
+  if ! node -e 'const [a,b,c]=process.versions.node.split(".").map(Number);process.exit(a>20||(a===20&&(b>18||(b===18&&c>=1)))?0:1)'; then
+    die "e2b-sdk: node $(node --version) is too old: the e2b SDK needs node >= 20.18.1"
+  fi
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/e2e/e2b-sdk"
+  stamp="$dir/node_modules/.space-lock-sha256"
+  want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [[ -f $stamp && $(cat "$stamp") == "$want" && ${SPACE_SETUP_FORCE:-0} != 1 ]]; then
+    log "e2b-sdk: node modules installed"
+    return
+  fi
+  log "e2b-sdk: npm ci"
+  (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+  printf '%s\n' "$want" >"$stamp"
+}
+# --- end of the E2B SDK block
+
 install_packages
 fetch_kernel
 check_host
 setup_client_sdks
+setup_e2b_sdk
 log "ready (kernel cache: $KERNEL_DIR)"

@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestE2BSDK drives the E2B-compatible API with the official e2b npm
+// package at 2.51.0 and at 2.50.0 (e2e/e2b-sdk, installed by make setup
+// from its lockfile) against a real spaced.
+func TestE2BSDK(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("the E2B SDK test needs node ≥ 20.18.1 and npm on PATH (make setup)")
+	}
+	if out, err := exec.Command(node, "-e", `const [a,b,c]=process.versions.node.split('.').map(Number);process.exit(a>20||(a===20&&(b>18||(b===18&&c>=1)))?0:1)`).CombinedOutput(); err != nil {
+		t.Fatalf("the e2b SDK needs node ≥ 20.18.1: %v %s", err, out)
+	}
+	dir, err := filepath.Abs("e2b-sdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"e2b-new", "e2b-old"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+			t.Fatalf("the e2b SDK is not installed: run make setup (npm ci in e2e/e2b-sdk): %v", err)
+		}
+	}
+	srv := startServer(t)
+	key := newTenantKey(t, srv, "e2b-sdk")
+	other := newTenantKey(t, srv, "e2b-other")
+	for _, which := range []string{"new", "old"} {
+		t.Run("sdk-"+which, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "client.mjs")
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "E2B_SDK="+which, "E2B_API_URL="+srv.URL, "E2B_SANDBOX_URL="+srv.URL,
+				"E2B_API_KEY="+key, "OTHER_API_KEY="+other)
+			cmd.WaitDelay = 10 * time.Second
+			out, err := cmd.CombinedOutput()
+			t.Logf("node client.mjs (%s):\n%s", which, out)
+			if err != nil {
+				t.Fatalf("the e2b SDK client failed: %v", err)
+			}
+			if !strings.Contains(string(out), "ok: all checks passed") {
+				t.Fatal("the e2b SDK client did not finish its checks")
+			}
+		})
+	}
+}
