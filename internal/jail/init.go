@@ -46,6 +46,12 @@ func enter(c config) error {
 			return fmt.Errorf("join cgroup: %v", err)
 		}
 	}
+	if c.NetNSFD > 0 {
+		if err := unix.Setns(c.NetNSFD, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("join network namespace: %v", err)
+		}
+		unix.Close(c.NetNSFD)
+	}
 	// Nothing mounted here may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %v", err)
@@ -121,7 +127,7 @@ func enter(c config) error {
 		dst := filepath.Join(root, b.dst)
 		if b.dir {
 			err = os.MkdirAll(dst, 0o755)
-		} else {
+		} else if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil { // dev/net/tun
 			err = os.WriteFile(dst, nil, 0o600)
 		}
 		if err != nil {
@@ -205,6 +211,13 @@ func enter(c config) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %v", err)
 	}
+	// The jail is built; the program runs only once the caller has
+	// recorded this process (jail.Spec.Record) and opened the gate.
+	var b [1]byte
+	if n, _ := unix.Read(c.GateFD, b[:]); n != 1 {
+		return fmt.Errorf("the starting worker is gone before it recorded this process")
+	}
+	unix.Close(c.GateFD)
 	err = syscall.Exec(c.Path, c.Args, []string{"PATH=/usr/bin"})
 	return fmt.Errorf("exec %s: %v", filepath.Base(c.Path), err)
 }

@@ -69,6 +69,17 @@ type Spec struct {
 	Args []string
 	// ExtraFiles become fds 3, 4, ... of the program, in order.
 	ExtraFiles []*os.File
+	// NetNS, when set, is the network namespace the process runs in (a
+	// VMM that opens its tap by name, as Firecracker does); otherwise it
+	// gets a new, empty one.
+	NetNS *os.File
+	// Record, when set, is called once the jailed process exists and
+	// before it may run the program: the caller records the pid (and
+	// State) where a later worker process will look for it. The program
+	// runs only after Record returned nil; if Record fails, or the caller
+	// dies before it returns, the process exits without running it, so a
+	// crash of the caller can never leave a VMM nobody knows of.
+	Record func(pid int, startTime uint64, st State) error
 	Stdout     *os.File
 	Stderr     *os.File
 
@@ -119,6 +130,11 @@ type config struct {
 	NoFile  uint64   `json:"nofile"`
 	Path    string   `json:"path"`
 	Args    []string `json:"args"`
+	// GateFD is the read end of the start gate: the init runs the program
+	// only after reading a byte from it (EOF: the caller is gone).
+	GateFD int `json:"gate_fd"`
+	// NetNSFD, when above 0, is a network namespace to join.
+	NetNSFD int `json:"netns_fd,omitempty"`
 }
 
 // Start starts spec's program in a new jail. The caller waits for
@@ -162,10 +178,27 @@ func Start(spec Spec) (_ *Jail, err error) {
 			return nil, fmt.Errorf("jail: mode of %s: %w: %v", filepath.Base(p), errdefs.ErrInternal, err)
 		}
 	}
-	cfg, err := json.Marshal(config{
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("jail: start gate: %w: %v", errdefs.ErrInternal, err)
+	}
+	defer gateR.Close()
+	defer gateW.Close()
+	// The gate and the namespace come after the caller's files, whose fd
+	// numbers the program's arguments name.
+	extra := append(append([]*os.File(nil), spec.ExtraFiles...), gateR)
+	c := config{
 		Root: spec.Root, Files: spec.Files, Devices: spec.Devices, Cgroups: st.Cgroups,
 		UID: id, NoFile: spec.Limits.NoFile, Path: spec.Path, Args: spec.Args,
-	})
+		GateFD: 3 + len(extra) - 1,
+	}
+	cloneflags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
+	if spec.NetNS != nil {
+		extra = append(extra, spec.NetNS)
+		c.NetNSFD = 3 + len(extra) - 1
+		cloneflags &^= syscall.CLONE_NEWNET
+	}
+	cfg, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w: %v", errdefs.ErrInternal, err)
 	}
@@ -177,19 +210,36 @@ func Start(spec Spec) (_ *Jail, err error) {
 		Dir:        "/",
 		Stdout:     spec.Stdout,
 		Stderr:     spec.Stderr,
-		ExtraFiles: spec.ExtraFiles,
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			// Own process group so a signal to the worker's group misses
 			// it; no Pdeathsig: a VMM outlives its worker to be adopted.
 			Setpgid:    true,
-			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			Cloneflags: cloneflags,
 		},
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("jail: start: %w: %v", errdefs.ErrInternal, err)
 	}
-	if start, err := StartTime(cmd.Process.Pid); err == nil {
-		_ = recordID(id, cmd.Process.Pid, start, st.Cgroups)
+	gateR.Close()
+	pid := cmd.Process.Pid
+	start, err := StartTime(pid)
+	if err == nil {
+		_ = recordID(id, pid, start, st.Cgroups)
+		if spec.Record != nil {
+			err = spec.Record(pid, start, st)
+		}
+	}
+	if err != nil {
+		// Not running the program yet: the gate is still shut.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("jail: record the process: %w", err)
+	}
+	if _, err := gateW.Write([]byte{1}); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("jail: open the start gate: %w: %v", errdefs.ErrInternal, err)
 	}
 	return &Jail{Cmd: cmd, State: st}, nil
 }

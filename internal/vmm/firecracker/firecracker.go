@@ -188,6 +188,12 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		removeOwned(spec.StateDir)
 		return nil, err
 	}
+	// The record is written before Firecracker may run (jail.Spec.Record),
+	// so a worker that dies from here on leaves a VMM the next one finds.
+	js.Record = func(pid int, start uint64, st jail.State) error {
+		return writeRecord(spec.StateDir, record{Spec: spec, PID: pid, StartTime: start, Binary: d.binary,
+			Tap: nic.name, Incoming: incoming, Jail: &st})
+	}
 	cmd, jst, err := d.launch(js, nic.netns)
 	if err != nil {
 		removeOwned(spec.StateDir)

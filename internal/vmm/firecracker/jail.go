@@ -65,13 +65,9 @@ type launch func(js jail.Spec, netns *os.File) (*exec.Cmd, jail.State, error)
 // jailLaunch is the production launch. netns is the network namespace the
 // VMM must run in to open the sandbox's tap by name.
 func jailLaunch(js jail.Spec, netns *os.File) (*exec.Cmd, jail.State, error) {
-	if netns != nil {
-		// Firecracker opens /dev/net/tun itself and a tap is found in the
-		// namespace of that open: the VMM must run in the sandbox's
-		// namespace, and jail.Spec cannot ask for that yet (it always
-		// gives a fresh empty one).
-		return nil, jail.State{}, fmt.Errorf("firecracker: a VM with a NIC needs its jail in the sandbox's network namespace, which package jail cannot do yet: %w", errdefs.ErrFailedPrecondition)
-	}
+	// Firecracker opens /dev/net/tun itself and a tap is found in the
+	// namespace of that open: the VMM runs in the sandbox's namespace.
+	js.NetNS = netns
 	j, err := jail.Start(js)
 	if err != nil {
 		return nil, jail.State{}, err

@@ -3,14 +3,13 @@ package firecracker
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/jail"
 )
 
@@ -113,11 +112,28 @@ func TestJailedStandin(t *testing.T) {
 	}
 	assertEmpty(t, spec2.StateDir)
 
-	// A NIC needs the jail to join the sandbox's namespace: refused, plainly.
+	// A NIC: the jailed VMM runs in the tap's network namespace, where
+	// Firecracker opens the tap by name.
 	spec3 := r.spec("vm-jailed-nic")
 	spec3.Network = testTap(t, "tap0", "02:53:50:00:00:02")
-	if _, err := r.d.Start(ctx, spec3); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("Start of a VM with a NIC in the jail = %v, want failed_precondition", err)
+	nic, err := openNIC(spec3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNS, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", nic.netns.Fd()))
+	nic.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm3, err := r.d.Start(ctx, spec3)
+	if err != nil {
+		t.Fatalf("Start of a VM with a NIC in the jail: %v", err)
+	}
+	if got, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", vm3.PID())); err != nil || got != wantNS {
+		t.Errorf("jailed VMM with a NIC in network namespace %s (%v), want the tap's %s", got, err, wantNS)
+	}
+	if err := vm3.Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
 	assertEmpty(t, spec3.StateDir)
 }

@@ -157,6 +157,14 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		removeOwned(spec.StateDir)
 		return nil, err
 	}
+	// The record is written before QEMU may run (jail.Spec.Record): a
+	// worker that dies from here on leaves a VMM the next one adopts or
+	// reaps, never one nobody knows of.
+	var rec record
+	js.Record = func(pid int, start uint64, st jail.State) error {
+		rec = record{Spec: spec, PID: pid, StartTime: start, Accel: accel, Binary: d.binary, Incoming: incoming, Jail: &st}
+		return writeRecord(spec.StateDir, rec)
+	}
 	j, err := jail.Start(js)
 	logf.Close()
 	if err != nil {
@@ -169,7 +177,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	v := &VM{
 		d: d, dir: spec.StateDir, log: d.log.With("vm", spec.ID, "pid", pid),
 		done: make(chan struct{}), cons: newConsole(spec.StateDir),
-		rec: record{Spec: spec, PID: pid, Jail: &jst},
+		rec: rec,
 	}
 	go func() {
 		werr := cmd.Wait()
@@ -188,16 +196,6 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		return nil, err
 	}
 
-	st, err := procStartTime(pid)
-	if err != nil {
-		return fail(fmt.Errorf("qemu: exited at start: %w", errdefs.ErrUnavailable))
-	}
-	v.mu.Lock()
-	v.rec = record{Spec: spec, PID: pid, StartTime: st, Accel: accel, Binary: d.binary, Incoming: incoming, Jail: &jst}
-	v.mu.Unlock()
-	if err := writeRecord(spec.StateDir, v.rec); err != nil {
-		return fail(fmt.Errorf("qemu: record state: %w: %v", errdefs.ErrInternal, err))
-	}
 	qctx, cancel := context.WithTimeout(ctx, qmpTimeout)
 	defer cancel()
 	q, err := dialQMP(qctx, filepath.Join(spec.StateDir, fileQMP), v.done)
