@@ -80,8 +80,8 @@ type Spec struct {
 	// dies before it returns, the process exits without running it, so a
 	// crash of the caller can never leave a VMM nobody knows of.
 	Record func(pid int, startTime uint64, st State) error
-	Stdout     *os.File
-	Stderr     *os.File
+	Stdout *os.File
+	Stderr *os.File
 
 	Limits Limits
 }
