@@ -47,7 +47,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, notFoundAs(err, "tenant", name))
 		return
 	}
-	secret, key, err := s.auth.CreateKey(r.Context(), t.ID, req.Admin)
+	secret, key, err := s.auth.CreateKeyFormat(r.Context(), t.ID, req.Admin, req.Format)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

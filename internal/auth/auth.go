@@ -19,8 +19,19 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 )
 
-// KeyPrefix starts every API key.
+// KeyPrefix starts every API key of the default format.
 const KeyPrefix = "space_"
+
+// E2BKeyPrefix starts keys of the "e2b" format: "e2b_" and lower-case hex,
+// the form E2B's Python SDK checks keys against. They are SPACE keys all
+// the same, valid on /v1 and on the E2B-compatible API alike.
+const E2BKeyPrefix = "e2b_"
+
+// Key formats of CreateKeyFormat.
+const (
+	FormatSpace = "space"
+	FormatE2B   = "e2b"
+)
 
 // displayLen is how much of a key is kept (Prefix) for people to tell keys apart.
 const displayLen = len(KeyPrefix) + 6
@@ -45,6 +56,16 @@ func GenerateKey() (string, error) {
 		return "", fmt.Errorf("generate key: %w", errdefs.ErrInternal)
 	}
 	return KeyPrefix + keyEncoding.EncodeToString(b[:]), nil
+}
+
+// GenerateE2BKey returns a fresh key in the "e2b" format: "e2b_" + 32
+// random bytes in lower-case hex (68 characters).
+func GenerateE2BKey() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generate key: %w", errdefs.ErrInternal)
+	}
+	return E2BKeyPrefix + hex.EncodeToString(b[:]), nil
 }
 
 // HashKey returns the stored form of a key: hex SHA-256. Keys carry 256 bits
@@ -98,7 +119,7 @@ func errUnauthenticated() error {
 // the header). Any failure is errdefs.ErrUnauthenticated, except a store
 // failure, which is ErrUnavailable/ErrInternal.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (Principal, error) {
-	if !strings.HasPrefix(token, KeyPrefix) || len(token) > 256 {
+	if !(strings.HasPrefix(token, KeyPrefix) || strings.HasPrefix(token, E2BKeyPrefix)) || len(token) > 256 {
 		return Principal{}, errUnauthenticated()
 	}
 	hash := HashKey(token)
@@ -120,7 +141,21 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Princip
 
 // CreateKey makes a key for a tenant. The secret is returned only here.
 func (a *Authenticator) CreateKey(ctx context.Context, tenantID string, admin bool) (secret string, key *store.APIKey, err error) {
-	secret, err = GenerateKey()
+	return a.CreateKeyFormat(ctx, tenantID, admin, FormatSpace)
+}
+
+// CreateKeyFormat is CreateKey in a format: FormatSpace (also "") or
+// FormatE2B; another is ErrInvalidArgument.
+func (a *Authenticator) CreateKeyFormat(ctx context.Context, tenantID string, admin bool, format string) (secret string, key *store.APIKey, err error) {
+	switch format {
+	case "", FormatSpace:
+		secret, err = GenerateKey()
+	case FormatE2B:
+		secret, err = GenerateE2BKey()
+	default:
+		return "", nil, errdefs.New(errdefs.ErrInvalidArgument, "unknown key format %q (space or e2b)", format).
+			WithDetails(map[string]any{"format": "must be space or e2b"})
+	}
 	if err != nil {
 		return "", nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -174,5 +175,33 @@ func TestEnsureAdmin(t *testing.T) {
 	keys, _ := s2.ListAPIKeys(ctx, store.AnyTenant)
 	if len(keys) != 1 {
 		t.Fatalf("%d keys after one bootstrap", len(keys))
+	}
+}
+
+func TestE2BKeyFormat(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	a := auth.New(s, nil)
+	tn := &store.Tenant{Name: "t-e2b"}
+	if err := s.CreateTenant(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	secret, _, err := a.CreateKeyFormat(ctx, tn.ID, false, auth.FormatE2B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The form E2B's Python SDK requires: e2b_[0-9a-f]+.
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{64}$`).MatchString(secret) {
+		t.Fatalf("e2b key %q", secret)
+	}
+	p, err := a.Authenticate(ctx, secret)
+	if err != nil || p.TenantID != tn.ID {
+		t.Fatalf("Authenticate(e2b key) = %+v, %v", p, err)
+	}
+	if _, err := a.Authenticate(ctx, "e2b_"+strings.Repeat("0", 64)); errdefs.ClassOf(err) != errdefs.ErrUnauthenticated {
+		t.Fatalf("unknown e2b key: %v", err)
+	}
+	if _, _, err := a.CreateKeyFormat(ctx, tn.ID, false, "other"); errdefs.ClassOf(err) != errdefs.ErrInvalidArgument {
+		t.Fatalf("unknown format: %v", err)
 	}
 }

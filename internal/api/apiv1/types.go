@@ -330,6 +330,9 @@ type TenantResponse struct {
 // CreateKeyRequest is the (optional) body of POST /v1/admin/tenants/{name}/keys.
 type CreateKeyRequest struct {
 	Admin bool `json:"admin,omitempty"`
+	// Format is "space" (default) or "e2b" (e2b_<hex>, the form E2B's
+	// Python SDK accepts).
+	Format string `json:"format,omitempty"`
 }
 
 // KeyResponse carries a new API key; Key is shown only this once.
