@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -31,9 +32,12 @@ func TestE2BSDK(t *testing.T) {
 		}
 	}
 	srv := startServer(t)
-	key := newTenantKey(t, srv, "e2b-sdk")
+	// The newer SDK runs with a SPACE key, the older one with an e2b-format
+	// key (the form E2B's Python SDK insists on).
+	keys := map[string]string{"new": newTenantKey(t, srv, "e2b-sdk"), "old": newE2BKey(t, srv, "e2b-sdk-old")}
 	other := newTenantKey(t, srv, "e2b-other")
 	for _, which := range []string{"new", "old"} {
+		key := keys[which]
 		t.Run("sdk-"+which, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 			defer cancel()
@@ -52,4 +56,19 @@ func TestE2BSDK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newE2BKey makes a tenant and an e2b-format key for it.
+func newE2BKey(t *testing.T, srv *server, name string) string {
+	t.Helper()
+	admin := srv.client(srv.AdminKey)
+	admin.mustDo("POST", "/v1/admin/tenants", map[string]string{"name": name}, nil, 201)
+	var key struct {
+		Key string `json:"key"`
+	}
+	admin.mustDo("POST", "/v1/admin/tenants/"+name+"/keys", map[string]any{"format": "e2b"}, &key, 201)
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(key.Key) {
+		t.Fatalf("e2b-format key = %q", key.Key)
+	}
+	return key.Key
 }

@@ -133,3 +133,28 @@ func TestStreamErrorBeforeAuth(t *testing.T) {
 		t.Fatalf("end %s: %v", msg, err)
 	}
 }
+
+func TestCreateRefusals(t *testing.T) {
+	h, v1, _ := newTestHandler(t)
+	h.cfg.RefuseInternet = true
+	for _, c := range []struct {
+		body       string
+		wantStatus int
+	}{
+		{`{"templateID":"base","allow_internet_access":true}`, 403},
+		{`{"templateID":"base","autoPause":true}`, 501},
+		{`{"templateID":`, 400},
+	} {
+		r := httptest.NewRequest("POST", "/v2/sandboxes", strings.NewReader(c.body))
+		r.Header.Set("X-API-KEY", "space_k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var body restError
+		if w.Code != c.wantStatus || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Code != c.wantStatus || body.Message == "" {
+			t.Errorf("%s: %d %s, want %d", c.body, w.Code, w.Body.String(), c.wantStatus)
+		}
+	}
+	if len(v1.paths) != 0 {
+		t.Fatalf("a refused create reached /v1: %v", v1.paths)
+	}
+}
