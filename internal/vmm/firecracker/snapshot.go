@@ -183,3 +183,11 @@ func (v *VM) Relocate(spec vmm.BootSpec) error {
 	v.api = newClient(filepath.Join(spec.StateDir, dirRun, fileAPI))
 	return nil
 }
+
+// The abilities the worker relies on, checked by the compiler.
+var (
+	_ vmm.IncomingStarter = (*Driver)(nil)
+	_ vmm.Checker         = (*Driver)(nil)
+	_ vmm.IncomingVM      = (*VM)(nil)
+	_ vmm.StatusReporter  = (*VM)(nil)
+)

@@ -193,6 +193,20 @@ func (v *VM) Resume(ctx context.Context) error {
 	return v.client().patch(ctx, "/vm", vmState{State: stateResumed})
 }
 
+// RunState implements vmm.StatusReporter.
+func (v *VM) RunState(ctx context.Context) (vmm.RunState, error) {
+	st, err := v.Status(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case st == "running":
+		return vmm.RunRunning, nil
+	case st == "paused":
+		return vmm.RunPaused, nil
+	}
+	return vmm.RunNotStarted, nil
+}
+
 // Status is the VM's run state in the worker's words ("running",
 // "paused", "prelaunch" before the instance starts or a snapshot loads).
 func (v *VM) Status(ctx context.Context) (string, error) {

@@ -88,3 +88,11 @@ func (v *VM) Relocate(spec vmm.BootSpec) error {
 	v.cons.mu.Unlock()
 	return nil
 }
+
+// The abilities the worker relies on, checked by the compiler.
+var (
+	_ vmm.IncomingStarter = (*Driver)(nil)
+	_ vmm.Checker         = (*Driver)(nil)
+	_ vmm.IncomingVM      = (*VM)(nil)
+	_ vmm.StatusReporter  = (*VM)(nil)
+)

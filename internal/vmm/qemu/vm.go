@@ -130,6 +130,25 @@ func (v *VM) Pause(ctx context.Context) error { return v.qmp.Execute(ctx, "stop"
 // Resume implements vmm.Pauser.
 func (v *VM) Resume(ctx context.Context) error { return v.qmp.Execute(ctx, "cont", nil, nil) }
 
+// RunState implements vmm.StatusReporter from QEMU's run state.
+func (v *VM) RunState(ctx context.Context) (vmm.RunState, error) {
+	st, err := v.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	switch st {
+	case "running":
+		return vmm.RunRunning, nil
+	case "finish-migrate", "save-vm":
+		return vmm.RunSaving, nil
+	case "inmigrate", "prelaunch", "restore-vm":
+		return vmm.RunNotStarted, nil
+	case "shutdown", "internal-error", "io-error", "guest-panicked":
+		return vmm.RunBroken, nil
+	}
+	return vmm.RunPaused, nil // paused, postmigrate, suspended, debug, watchdog
+}
+
 // Status is QEMU's run state ("running", "paused", "inmigrate", ...).
 func (v *VM) Status(ctx context.Context) (string, error) {
 	var st struct {

@@ -54,6 +54,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RecoverDead", func(t *testing.T) { testRecoverDead(t, h) })
 	t.Run("BadKernel", func(t *testing.T) { testBadKernel(t, h) })
 	t.Run("SnapshotRestore", func(t *testing.T) { testSnapshotRestore(t, h) })
+	t.Run("Check", func(t *testing.T) { testCheck(t, h) })
+	t.Run("RunState", func(t *testing.T) { testRunState(t, h) })
+	t.Run("IncomingRelocate", func(t *testing.T) { testIncoming(t, h) })
 }
 
 // Spec returns a BootSpec for g with a fresh StateDir.

@@ -12,11 +12,6 @@ import (
 	"github.com/space-sandbox/space/internal/worker"
 )
 
-// statuser is a VM that reports its run state ("running", "paused", ...).
-type statuser interface {
-	Status(ctx context.Context) (string, error)
-}
-
 // adoptAll finds the sandboxes a previous process left: it adopts their
 // running VMs, knows suspended ones by their sealed snapshot, and removes
 // whatever an interrupted snapshot left half-written.

@@ -31,7 +31,7 @@ import (
 // clock, exactly as after a restore. Pool VMs are never sandboxes: adoption never looks under pool/,
 // Close stops them, and New reaps any a crashed process left.
 //
-// Pools need a driver that restores in two steps (incomingDriver). With
+// Pools need a driver that restores in two steps (vmm.IncomingStarter). With
 // networking, each pooled VM has a namespace of its own, acquired under a
 // placeholder id (pvm-<entry>) and built like every sandbox's (deny-all
 // nftables, the same tap and addresses), with its NIC on the tap. No egress
@@ -53,17 +53,6 @@ const (
 	// refill competes with it for the CPU.
 	poolRefillDelay = 300 * time.Millisecond
 )
-
-// incomingDriver is a driver that starts a VMM waiting to be restored.
-type incomingDriver interface {
-	StartIncoming(ctx context.Context, spec vmm.BootSpec) (vmm.VM, error)
-}
-
-// incomingVM is a VM started by incomingDriver.
-type incomingVM interface {
-	Incoming(ctx context.Context, snapshotDir string) error
-	Relocate(spec vmm.BootSpec) error
-}
 
 type poolEntry struct {
 	dir    string
@@ -128,7 +117,7 @@ func (w *Worker) poolRoot() string { return filepath.Join(w.cfg.Storage.Root(), 
 // pools apply, starts the filler.
 func (w *Worker) startPool(ctx context.Context) {
 	w.reapPool(ctx)
-	_, ok := w.cfg.Driver.(incomingDriver)
+	_, ok := w.cfg.Driver.(vmm.IncomingStarter)
 	if !ok || !w.canSnapshot() || w.cfg.PoolSize < 0 {
 		return
 	}
@@ -339,7 +328,7 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 			_ = w.cfg.Network.Release(context.WithoutCancel(ctx), ns)
 		}
 	}()
-	vm, err := w.cfg.Driver.(incomingDriver).StartIncoming(ctx, vmm.BootSpec{
+	vm, err := w.cfg.Driver.(vmm.IncomingStarter).StartIncoming(ctx, vmm.BootSpec{
 		ID: "pool-" + filepath.Base(dir), StateDir: filepath.Join(dir, vmDir),
 		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: filepath.Join(dir, diskFile)}},
 		VCPUs: t.m.VCPUs, MemoryMiB: t.m.MemoryMiB, MemoryFile: filepath.Join(dir, memFile), Network: nic,
@@ -347,7 +336,7 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 	if err != nil {
 		return nil, fmt.Errorf("start pool vm: %w", err)
 	}
-	iv, ok := vm.(incomingVM)
+	iv, ok := vm.(vmm.IncomingVM)
 	if !ok {
 		_ = vm.Stop(ctx)
 		return nil, fmt.Errorf("pool vm cannot be restored: %w", errdefs.ErrInternal)
@@ -464,7 +453,7 @@ func (w *Worker) adoptPoolEntry(sb *sandbox, e *poolEntry, m manifest) error {
 	_ = os.Remove(e.dir)
 	// From here e's VM is recorded under sb's dir; a caller that discards e
 	// stops it, which removes the record too.
-	return e.vm.(incomingVM).Relocate(w.bootSpec(sb, m.VCPUs, m.MemoryMiB))
+	return e.vm.(vmm.IncomingVM).Relocate(w.bootSpec(sb, m.VCPUs, m.MemoryMiB))
 }
 
 // PoolStats counts the pooled VMs: Ready to be taken now, Made and Taken

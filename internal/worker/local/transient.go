@@ -48,33 +48,34 @@ func (sb *sandbox) readTransient() (transient, bool) {
 const adoptionTimeout = 30 * time.Second
 
 // vmRunState asks an adopted VM for its run state: worker.VMRunning,
-// worker.VMPaused (paused by anyone, or stopped after a migration to a
-// snapshot file), or an error for a VM that cannot be resumed as it is (its
-// incoming restore never finished). A migration still running is awaited.
+// worker.VMPaused (paused by anyone, or stopped after a snapshot was
+// written), or an error for a VM that cannot be resumed as it is (its
+// restore never finished, it broke). A snapshot still being written is
+// awaited.
 func vmRunState(ctx context.Context, vm vmm.VM) (string, error) {
-	s, ok := vm.(statuser)
+	s, ok := vm.(vmm.StatusReporter)
 	if !ok {
 		return worker.VMRunning, nil
 	}
 	for {
-		st, err := s.Status(ctx)
+		st, err := s.RunState(ctx)
 		if err != nil {
 			return "", err
 		}
 		switch st {
-		case "running":
+		case vmm.RunRunning:
 			return worker.VMRunning, nil
-		case "finish-migrate":
+		case vmm.RunPaused:
+			return worker.VMPaused, nil
+		case vmm.RunSaving:
 			// A snapshot the crashed worker started is still being written.
 			select {
 			case <-ctx.Done():
 				return "", fmt.Errorf("snapshot still being written: %w", ctx.Err())
 			case <-time.After(20 * time.Millisecond):
 			}
-		case "inmigrate", "prelaunch", "restore-vm", "shutdown", "internal-error", "io-error", "guest-panicked":
+		default:
 			return "", fmt.Errorf("vm is %s", st)
-		default: // paused, postmigrate, suspended, debug, watchdog, colo
-			return worker.VMPaused, nil
 		}
 	}
 }
