@@ -41,6 +41,9 @@ check(e.exitCode === 3 && e.stderr === 'nope\n', `exit code 3 and stderr: ${e.ex
 const chunks = [];
 r = await sbx.commands.run('for i in 1 2 3; do echo line$i; sleep 0.2; done', { ...opts, onStdout: (d) => chunks.push(d) });
 check(chunks.join('') === 'line1\nline2\nline3\n' && chunks.length >= 2, `onStdout streamed ${chunks.length} chunks`);
+// longer than the server's 30s body read bound: the stream must live on
+r = await sbx.commands.run('sleep 35; echo slept', opts);
+check(r.stdout === 'slept\n', 'a command longer than 30s');
 r = await sbx.commands.run('head -c 3000000 /dev/zero | tr "\\0" a', opts);
 check(r.stdout.length === 3000000, `large output: ${r.stdout.length} bytes`);
 

@@ -184,6 +184,12 @@ func readStreamRequest(r *http.Request, v any) *rpcError {
 		}
 		return rpcErrorf("invalid_argument", "read request envelope: %v", err)
 	}
+	// Read on to the body's end: only then does net/http watch the
+	// connection (cancelling the call when the client goes) and lift the
+	// server's read deadline for the rest of a long stream.
+	if n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1)); n > 0 {
+		return rpcErrorf("invalid_argument", "a server stream takes exactly one request message")
+	}
 	if flags&flagCompressed != 0 {
 		return rpcErrorf("internal", "compressed messages are not supported")
 	}

@@ -121,3 +121,12 @@ func TestUnaryError(t *testing.T) {
 		}
 	}
 }
+
+func TestReadStreamRequestOneMessage(t *testing.T) {
+	body := append(envelope(0, []byte(`{}`)), envelope(0, []byte(`{}`))...)
+	r := httptest.NewRequest("POST", "/process.Process/Start", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/connect+json")
+	if e := readStreamRequest(r, &startRequest{}); e == nil || e.Code != "invalid_argument" {
+		t.Fatalf("two messages: %v", e)
+	}
+}
