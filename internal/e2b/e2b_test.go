@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,11 +35,18 @@ func TestIsREST(t *testing.T) {
 
 // fakeV1 stands for SPACE's /v1 handler: it records what reached it and
 // answers a file read with the principal's tenant in the body.
-type fakeV1 struct{ paths []string }
+type fakeV1 struct {
+	paths []string
+	query url.Values // of the last GET /v1/sandboxes
+}
 
 func (f *fakeV1) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.paths = append(f.paths, r.Method+" "+r.URL.Path)
 	switch {
+	case r.URL.Path == "/v1/sandboxes" && r.Method == "GET":
+		f.query = r.URL.Query()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"sandboxes":[{"id":"sbx_a","template":"base","state":"suspended","vcpus":1,"memory_mib":256,"disk_mib":1024,"metadata":{"a":"1"},"created_at":"2026-01-02T03:04:05Z"}],"next_page_token":"tok2"}`)
 	case r.URL.Path == "/v1/sandboxes/sbx_a/files" && r.Method == "GET":
 		p, ok := auth.FromContext(r.Context())
 		if !ok {
@@ -80,7 +88,7 @@ func TestRouting(t *testing.T) {
 		wantStatus int
 		wantBody   string // substring
 	}{
-		{"v1 passes through", "GET", "/v1/sandboxes", nil, 299, ""},
+		{"v1 passes through", "GET", "/v1/features", nil, 299, ""},
 		{"healthz passes through", "GET", "/healthz", nil, 299, ""},
 		{"rest health", "GET", "/health", nil, 200, `"ok"`},
 		{"rest without key", "GET", "/sandboxes/sbx_a", nil, 401, `"code":401`},
@@ -156,5 +164,52 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	if len(v1.paths) != 0 {
 		t.Fatalf("a refused create reached /v1: %v", v1.paths)
+	}
+}
+
+func TestListTranslation(t *testing.T) {
+	h, v1, _ := newTestHandler(t)
+	for _, c := range []struct {
+		path, wantState string
+		wantQuery       map[string]string
+	}{
+		{"/v2/sandboxes?metadata=" + url.QueryEscape("a=1&b=2") + "&state=paused&limit=5&nextToken=t1",
+			"paused,suspending,suspended,failed",
+			map[string]string{"metadata.a": "1", "metadata.b": "2", "page_size": "5", "page_token": "t1"}},
+		{"/v2/sandboxes?state=running&state=paused", "creating,running,pausing,waking,paused,suspending,suspended,failed", nil},
+		{"/v2/sandboxes", "creating,running,pausing,waking,paused,suspending,suspended,failed", nil},
+		{"/sandboxes", "creating,running,pausing,waking", nil},
+	} {
+		r := httptest.NewRequest("GET", c.path, nil)
+		r.Header.Set("X-API-KEY", "space_k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 200 || w.Header().Get("X-Next-Token") != "tok2" {
+			t.Fatalf("%s: %d %q %s", c.path, w.Code, w.Header().Get("X-Next-Token"), w.Body.String())
+		}
+		if got := v1.query.Get("state"); got != c.wantState {
+			t.Errorf("%s: state %q, want %q", c.path, got, c.wantState)
+		}
+		for k, v := range c.wantQuery {
+			if v1.query.Get(k) != v {
+				t.Errorf("%s: %s = %q, want %q (query %v)", c.path, k, v1.query.Get(k), v, v1.query)
+			}
+		}
+		var items []map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &items); err != nil || len(items) != 1 {
+			t.Fatalf("%s: body %s", c.path, w.Body.String())
+		}
+		it := items[0]
+		if it["sandboxID"] != "sbx_a" || it["state"] != "paused" || it["templateID"] != "base" || it["cpuCount"] != 1.0 ||
+			it["memoryMB"] != 256.0 || it["envdVersion"] != EnvdVersion || it["startedAt"] != "2026-01-02T03:04:05Z" {
+			t.Fatalf("%s: item %v", c.path, it)
+		}
+	}
+	r := httptest.NewRequest("GET", "/v2/sandboxes?state=sleeping", nil)
+	r.Header.Set("X-API-KEY", "space_k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 400 || !strings.Contains(w.Body.String(), `"code":400`) {
+		t.Fatalf("unknown state: %d %s", w.Code, w.Body.String())
 	}
 }

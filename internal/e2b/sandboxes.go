@@ -224,7 +224,12 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, who call
 			states = append(states, st...)
 		}
 	}
-	if len(states) == 0 {
+	switch {
+	case len(states) > 0:
+	case r.URL.Path == "/sandboxes":
+		// E2B's older listing shows running sandboxes only.
+		states = spaceStates("running")
+	default:
 		states = append(spaceStates("running"), spaceStates("paused")...)
 	}
 	q.Set("state", strings.Join(states, ","))
