@@ -111,7 +111,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	if err != nil {
 		return worker.SandboxStatus{}, err
 	}
-	return w.move(vm, worker.VMSuspended, worker.VMRunning, worker.VMPaused)
+	return w.move(vm, worker.VMSuspended, worker.VMRunning, worker.VMPaused, worker.VMSuspended)
 }
 
 // WakeSandbox fails with WakeErr when set (e.g. an error wrapping
@@ -127,7 +127,7 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 	if werr != nil {
 		return worker.SandboxStatus{}, werr
 	}
-	return w.move(vm, worker.VMRunning, worker.VMPaused, worker.VMSuspended)
+	return w.move(vm, worker.VMRunning, worker.VMPaused, worker.VMSuspended, worker.VMRunning)
 }
 
 func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string) (worker.CheckpointStatus, error) {

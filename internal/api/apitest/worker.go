@@ -93,7 +93,11 @@ func (w *Worker) Ready(ctx context.Context) error { return w.NotReady }
 func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (worker.SandboxStatus, error) {
 	w.mu.Lock()
 	gate, cerr := w.Gate, w.CreateErr
+	_, dup := w.vms[spec.ID]
 	w.mu.Unlock()
+	if dup {
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrConflict, "sandbox %s exists", spec.ID)
+	}
 	if gate != nil {
 		select {
 		case <-gate:
@@ -149,12 +153,16 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (wo
 	}
 	w.mu.Lock()
 	closed := w.closed
-	if !closed {
+	_, dup = w.vms[spec.ID]
+	if !closed && !dup {
 		w.vms[spec.ID] = vm
 	}
 	w.mu.Unlock()
-	if closed {
+	if closed || dup {
 		vm.cancel()
+		if dup {
+			return worker.SandboxStatus{}, errdefs.New(errdefs.ErrConflict, "sandbox %s exists", spec.ID)
+		}
 		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrUnavailable, "the worker is closed")
 	}
 	st := vm.status()
