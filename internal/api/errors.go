@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -38,59 +39,11 @@ func statusOf(c *errdefs.Class) int {
 	}
 }
 
-// genericMessage is what a tenant reads when the error carries no public message.
-func genericMessage(c *errdefs.Class) string {
-	switch c {
-	case errdefs.ErrInvalidArgument:
-		return "invalid argument"
-	case errdefs.ErrUnauthenticated:
-		return "missing or invalid API key"
-	case errdefs.ErrPermissionDenied:
-		return "permission denied"
-	case errdefs.ErrNotFound:
-		return "not found"
-	case errdefs.ErrConflict:
-		return "conflict with the current state"
-	case errdefs.ErrFailedPrecondition:
-		return "precondition failed"
-	case errdefs.ErrPayloadTooLarge:
-		return "payload too large"
-	case errdefs.ErrResourceExhausted:
-		return "resource exhausted"
-	case errdefs.ErrUnavailable:
-		return "service unavailable, retry later"
-	case errdefs.ErrAborted:
-		return "aborted"
-	case errdefs.ErrDeadlineExceeded:
-		return "deadline exceeded"
-	case errdefs.ErrCancelled:
-		return "cancelled"
-	default:
-		return "internal error"
-	}
-}
-
-// ErrorBody is the body of every non-2xx answer.
-type ErrorBody struct {
-	Error ErrorInfo `json:"error"`
-}
-
-// ErrorInfo is the error object of an ErrorBody.
-type ErrorInfo struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
-
 // errorInfo turns err into what a tenant may see: the public message and
 // details when err carries an errdefs.Public, otherwise a generic message.
-func errorInfo(err error) (int, ErrorInfo) {
-	var pub *errdefs.Public
-	if errors.As(err, &pub) && pub.Class != nil {
-		return statusOf(pub.Class), ErrorInfo{Code: pub.Class.Code(), Message: pub.Message, Details: pub.Details}
-	}
-	c := errdefs.ClassOf(err)
-	return statusOf(c), ErrorInfo{Code: c.Code(), Message: genericMessage(c)}
+func errorInfo(err error) (int, apiv1.Error) {
+	c, msg, details := errdefs.Render(err)
+	return statusOf(c), apiv1.Error{Code: c.Code(), Message: msg, Details: details}
 }
 
 // writeError answers err and logs its cause with the request id.
@@ -102,7 +55,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		level = slog.LevelError
 	}
 	log.Log(r.Context(), level, "request failed", "status", status, "code", info.Code, "err", causeString(err))
-	writeJSON(w, status, ErrorBody{Error: info})
+	writeJSON(w, status, apiv1.ErrorBody{Error: info})
 }
 
 // causeString renders err including the internal cause of a Public error,

@@ -64,3 +64,27 @@ func TestPublicHidesItsCause(t *testing.T) {
 		t.Error("the class is not reachable with errors.Is")
 	}
 }
+
+func TestRender(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		code string
+		msg  string
+	}{
+		{"public", errdefs.New(errdefs.ErrConflict, "sandbox is paused").WithCause(errors.New("/var/lib/x")), "conflict", "sandbox is paused"},
+		{"public wrapped", fmt.Errorf("op: %w", errdefs.New(errdefs.ErrNotFound, "no such sandbox")), "not_found", "no such sandbox"},
+		{"class only: its generic message", fmt.Errorf("mkfs /var/lib/space/x: %w", errdefs.ErrUnavailable), "unavailable", "service unavailable, retry later"},
+		{"unclassified", errors.New("open /dev/kvm: EACCES"), "internal", "internal error"},
+		{"context deadline", fmt.Errorf("boot: %w", context.DeadlineExceeded), "deadline_exceeded", "deadline exceeded"},
+		{"context cancelled", fmt.Errorf("boot: %w", context.Canceled), "cancelled", "cancelled"},
+		{"class beats context", fmt.Errorf("%w: %w", errdefs.ErrAborted, context.Canceled), "aborted", "aborted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, msg, _ := errdefs.Render(tc.err)
+			if c.Code() != tc.code || msg != tc.msg {
+				t.Errorf("Render = %s %q, want %s %q", c.Code(), msg, tc.code, tc.msg)
+			}
+		})
+	}
+}

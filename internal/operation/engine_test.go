@@ -191,13 +191,13 @@ func TestErrorMapping(t *testing.T) {
 		leakFree string
 	}{
 		{"internal cause", fmt.Errorf("mkfs /var/lib/space/x: exit 1: %w", errdefs.ErrUnavailable), false,
-			"unavailable", "a service the operation needs is unavailable", "/var/lib"},
+			"unavailable", "service unavailable, retry later", "/var/lib"},
 		{"public", errdefs.New(errdefs.ErrResourceExhausted, "no capacity for 4 vCPUs").WithCause(errors.New("host /secret")), false,
 			"resource_exhausted", "no capacity for 4 vCPUs", "/secret"},
 		{"wrapped public", fmt.Errorf("ctx: %w", errdefs.New(errdefs.ErrConflict, "sandbox is paused")), false,
 			"conflict", "sandbox is paused", ""},
 		{"unclassified", errors.New("open /dev/kvm: permission denied"), false, "internal", "internal error", "/dev/kvm"},
-		{"deadline", fmt.Errorf("boot: %w", context.DeadlineExceeded), false, "deadline_exceeded", "the operation timed out", ""},
+		{"deadline", fmt.Errorf("boot: %w", context.DeadlineExceeded), false, "deadline_exceeded", "deadline exceeded", ""},
 		{"panic", nil, true, "internal", "internal error", "boom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

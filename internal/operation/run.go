@@ -131,40 +131,6 @@ func resultJSON(result any) (json.RawMessage, error) {
 // code, and the message of an *errdefs.Public or else a generic one. The
 // internal cause never gets in.
 func PublicError(err error) *store.ErrorInfo {
-	class := errdefs.ClassOf(err)
-	if errors.Is(err, context.DeadlineExceeded) {
-		class = errdefs.ErrDeadlineExceeded
-	} else if class == errdefs.ErrInternal && errors.Is(err, context.Canceled) {
-		class = errdefs.ErrCancelled
-	}
-	var pub *errdefs.Public
-	if errors.As(err, &pub) && pub.Message != "" {
-		return &store.ErrorInfo{Code: pub.Class.Code(), Message: pub.Message}
-	}
-	return &store.ErrorInfo{Code: class.Code(), Message: genericMessage(class)}
-}
-
-// genericMessage is a tenant-safe message for an error class.
-func genericMessage(c *errdefs.Class) string {
-	switch c {
-	case errdefs.ErrNotFound:
-		return "a resource the operation needs was not found"
-	case errdefs.ErrConflict:
-		return "the operation conflicts with the current state"
-	case errdefs.ErrResourceExhausted:
-		return "not enough capacity to complete the operation"
-	case errdefs.ErrUnavailable:
-		return "a service the operation needs is unavailable"
-	case errdefs.ErrDeadlineExceeded:
-		return "the operation timed out"
-	case errdefs.ErrCancelled:
-		return "the operation was cancelled"
-	case errdefs.ErrInvalidArgument:
-		return "the operation's parameters are invalid"
-	case errdefs.ErrFailedPrecondition:
-		return "a precondition of the operation does not hold"
-	case errdefs.ErrAborted:
-		return "the operation was aborted"
-	}
-	return "internal error"
+	c, msg, _ := errdefs.Render(err)
+	return &store.ErrorInfo{Code: c.Code(), Message: msg}
 }
