@@ -469,7 +469,7 @@ func testMCPStdoutClean(t *testing.T, srv *server) {
 // with the official TypeScript SDK's client over stdio and HTTP.
 func testMCPTypeScript(t *testing.T, srv *server, key string) {
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("needs node (the TypeScript MCP client; Node 20 and npm)")
+		t.Fatal("needs node (the TypeScript MCP client; Node 20 and npm are on the machine image)")
 	}
 	dir, err := filepath.Abs("mcp-client")
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // that nothing was left running.
 func TestPythonSDK(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("needs python3 (Debian package python3; make setup installs it)")
+		t.Fatal("needs python3 (Debian package python3; make setup installs it)")
 	}
 	srv := startServer(t)
 	key := newTenantKey(t, srv, "python-sdk")
@@ -49,7 +49,7 @@ func TestPythonSDK(t *testing.T) {
 		// installs it) build the package offline.
 		py := "/usr/bin/python3"
 		if out, err := exec.Command(py, "-m", "pip", "--version").CombinedOutput(); err != nil {
-			t.Skipf("needs pip for %s (Debian package python3-pip; make setup installs it): %v %s", py, err, out)
+			t.Fatalf("needs pip for %s (Debian package python3-pip; make setup installs it): %v %s", py, err, out)
 		}
 		// From a copy: setuptools writes build/ and *.egg-info beside the sources.
 		src := filepath.Join(t.TempDir(), "python")
@@ -93,7 +93,7 @@ func TestPythonSDK(t *testing.T) {
 // mypy --strict for the oldest Python it supports.
 func TestPythonSDKTypes(t *testing.T) {
 	if _, err := exec.LookPath("mypy"); err != nil {
-		t.Skip("needs mypy (Debian package mypy; make setup installs it)")
+		t.Fatal("needs mypy (Debian package mypy; make setup installs it)")
 	}
 	out, err := runPython(t, 5*time.Minute, filepath.Join("..", "sdk", "python"), os.Environ(),
 		"mypy", "--strict", "--python-version", "3.9", "--cache-dir", os.DevNull, "space")
