@@ -33,6 +33,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/vmm/vmmproc"
 )
 
 // Name is the driver's registered name.
@@ -302,10 +303,10 @@ func (v *VM) failStart(ctx context.Context, err error) error {
 	if j := v.rec.Jail; j != nil {
 		j.Kill()
 	}
-	_ = killGroup(cctx, v.rec.PID, v.done)
+	_ = vmmproc.KillGroup(cctx, v.rec.PID, v.done)
 	var tail []string
-	tail = append(tail, tailLines(filepath.Join(v.dir, fileVMMLog), 4096, 3)...)
-	tail = append(tail, tailLines(filepath.Join(v.dir, dirRun, fileFCLog), 4096, 3)...)
+	tail = append(tail, vmmproc.TailLines(filepath.Join(v.dir, fileVMMLog), 4096, 3)...)
+	tail = append(tail, vmmproc.TailLines(filepath.Join(v.dir, dirRun, fileFCLog), 4096, 3)...)
 	if len(tail) > 0 {
 		err = fmt.Errorf("%w (firecracker: %s)", err, strings.Join(tail, " | "))
 	}
@@ -355,7 +356,7 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 		return gone()
 	}
 	go func() {
-		waitPidfd(pidfd)
+		vmmproc.WaitPidfd(pidfd)
 		v.setExit(errors.New("adopted vmm exited"))
 		close(v.done)
 	}()

@@ -1,21 +1,14 @@
 package firecracker
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/vmm/vmmproc"
 )
 
 // Files the driver owns in a VM's StateDir. Stop and Recover-on-dead remove
@@ -51,38 +44,19 @@ type record struct {
 	Jail     *jail.State `json:"jail,omitempty"`
 }
 
-func writeRecord(dir string, r record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, fileState+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, fileState))
-}
+func writeRecord(dir string, r record) error { return vmmproc.WriteRecord(dir, fileState, r) }
 
 func readRecord(dir string) (record, error) {
 	var r record
-	b, err := os.ReadFile(filepath.Join(dir, fileState))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return r, fmt.Errorf("no vmm recorded in state dir: %w", errdefs.ErrNotFound)
-		}
-		return r, fmt.Errorf("read vmm record: %w: %v", errdefs.ErrInternal, err)
-	}
-	if err := json.Unmarshal(b, &r); err != nil || r.PID <= 0 {
-		return r, fmt.Errorf("corrupt vmm record: %w", errdefs.ErrNotFound)
-	}
-	return r, nil
+	err := vmmproc.ReadRecord(dir, fileState, &r, func() bool { return r.PID > 0 })
+	return r, err
 }
 
 func removeOwned(dir string) {
 	for _, f := range ownedFiles {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
-	_ = os.Remove(filepath.Join(dir, fileState+".tmp"))
+	vmmproc.RemoveRecord(dir, fileState)
 	_ = os.RemoveAll(filepath.Join(dir, dirRun))
 }
 
@@ -121,68 +95,6 @@ func giveRunDir(stateDir string, uid int, files ...string) error {
 
 // alive reports whether pid is still the process recorded with startTime.
 func alive(pid int, startTime uint64) bool { return jail.Alive(pid, startTime) }
-
-// waitPidfd returns when the (non-child) process behind pidfd exits.
-func waitPidfd(pidfd int) {
-	defer unix.Close(pidfd)
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err == nil || !errors.Is(err, unix.EINTR) {
-			return
-		}
-	}
-}
-
-// killGroup SIGKILLs the process group led by pid, then waits (bounded) for
-// done. The group id equals pid because the jail starts it with Setpgid.
-func killGroup(ctx context.Context, pid int, done <-chan struct{}) error {
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("kill vmm group %d: %w: %v", pid, errdefs.ErrInternal, err)
-	}
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-done:
-		return nil
-	case <-t.C:
-		return fmt.Errorf("vmm %d did not exit after SIGKILL: %w", pid, errdefs.ErrInternal)
-	case <-ctx.Done():
-		return fmt.Errorf("wait for vmm %d: %w", pid, errdefs.ErrDeadlineExceeded)
-	}
-}
-
-// tailLines returns the last n lines of the last max bytes of path.
-func tailLines(path string, max int64, n int) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	off := max64(st.Size()-max, 0)
-	b := make([]byte, st.Size()-off)
-	k, _ := f.ReadAt(b, off)
-	s := strings.TrimRight(strings.ReplaceAll(string(b[:k]), "\r", ""), "\n")
-	if s == "" || n <= 0 {
-		return nil
-	}
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return lines
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
-}
 
 // moveFile renames src to dst, copying when they are on different
 // filesystems.

@@ -14,6 +14,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/vmm/vmmproc"
 )
 
 // VM is one Firecracker process, started by Start/Restore or adopted by
@@ -139,12 +140,12 @@ func (v *VM) ConsoleTail(n int) []string {
 	}
 	dir := v.dir
 	v.mu.Unlock()
-	return tailLines(filepath.Join(dir, fileConsole), 256<<10, n)
+	return vmmproc.TailLines(filepath.Join(dir, fileConsole), 256<<10, n)
 }
 
 // freezeConsole keeps the console's last lines before its log goes.
 func (v *VM) freezeConsole() {
-	lines := tailLines(filepath.Join(v.stateDir(), fileConsole), 64<<10, 1000)
+	lines := vmmproc.TailLines(filepath.Join(v.stateDir(), fileConsole), 64<<10, 1000)
 	v.mu.Lock()
 	v.frozen = lines
 	v.mu.Unlock()
@@ -263,7 +264,7 @@ func (v *VM) Stop(ctx context.Context) error {
 	if j := v.rec.Jail; j != nil {
 		j.Kill()
 	}
-	if err := killGroup(ctx, v.rec.PID, v.done); err != nil {
+	if err := vmmproc.KillGroup(ctx, v.rec.PID, v.done); err != nil {
 		return err
 	}
 	if j := v.rec.Jail; j != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/vmm/vmmproc"
 )
 
 // Name is the driver's registered name.
@@ -187,8 +188,8 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	fail := func(err error) (*VM, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
-		_ = killGroup(cctx, pid, v.done)
-		if tail := lastLines(tailFile(filepath.Join(spec.StateDir, fileVMMLog), 4096), 5); len(tail) > 0 {
+		_ = vmmproc.KillGroup(cctx, pid, v.done)
+		if tail := vmmproc.TailLines(filepath.Join(spec.StateDir, fileVMMLog), 4096, 5); len(tail) > 0 {
 			err = fmt.Errorf("%w (qemu: %s)", err, strings.Join(tail, " | "))
 		}
 		jst.Release()
@@ -310,7 +311,7 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 		return gone()
 	}
 	go func() {
-		waitPidfd(pidfd)
+		vmmproc.WaitPidfd(pidfd)
 		v.setExit(errors.New("adopted vmm exited"))
 		close(v.done)
 	}()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/vmm/vmmproc"
 )
 
 // VM is one QEMU process, started by Start/Restore or adopted by Recover.
@@ -217,7 +218,7 @@ func (v *VM) Stop(ctx context.Context) error {
 	if j := v.rec.Jail; j != nil {
 		j.Kill()
 	}
-	if err := killGroup(ctx, v.rec.PID, v.done); err != nil {
+	if err := vmmproc.KillGroup(ctx, v.rec.PID, v.done); err != nil {
 		return err
 	}
 	if j := v.rec.Jail; j != nil {
