@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 )
@@ -61,6 +62,28 @@ type Network struct {
 	Tap func() (*os.File, error) `json:"-"`
 	// MAC is the guest NIC's address ("02:53:50:00:00:02").
 	MAC string
+}
+
+// Absolute returns s with its paths (state dir, kernel, initrd, memory
+// file, disks) made absolute: a VMM runs in its state dir, or in a jail.
+func (s BootSpec) Absolute() (BootSpec, error) {
+	var err error
+	abs := func(p *string) {
+		if *p != "" && err == nil {
+			*p, err = filepath.Abs(*p)
+		}
+	}
+	abs(&s.StateDir)
+	abs(&s.Kernel)
+	abs(&s.Initrd)
+	abs(&s.MemoryFile)
+	disks := make([]Disk, len(s.Disks))
+	copy(disks, s.Disks)
+	for i := range disks {
+		abs(&disks[i].Path)
+	}
+	s.Disks = disks
+	return s, err
 }
 
 // Validate checks the fields every driver needs.

@@ -153,7 +153,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	if incoming && spec.MemoryFile == "" {
 		return nil, fmt.Errorf("firecracker: a restore needs the memory file: %w", errdefs.ErrInvalidArgument)
 	}
-	if spec, err = absPaths(spec); err != nil {
+	if spec, err = spec.Absolute(); err != nil {
 		return nil, fmt.Errorf("firecracker: %w: %v", errdefs.ErrInvalidArgument, err)
 	}
 	for _, f := range []string{fileAPI, fileVsock} {
@@ -375,22 +375,3 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 	return v, nil
 }
 
-func absPaths(spec vmm.BootSpec) (vmm.BootSpec, error) {
-	var err error
-	abs := func(p *string) {
-		if *p != "" && err == nil {
-			*p, err = filepath.Abs(*p)
-		}
-	}
-	abs(&spec.StateDir)
-	abs(&spec.Kernel)
-	abs(&spec.Initrd)
-	abs(&spec.MemoryFile)
-	disks := make([]vmm.Disk, len(spec.Disks))
-	copy(disks, spec.Disks)
-	for i := range disks {
-		abs(&disks[i].Path)
-	}
-	spec.Disks = disks
-	return spec, err
-}

@@ -161,7 +161,7 @@ func (v *VM) Incoming(ctx context.Context, snapshotDir string) error {
 // sockets live in the run dir inside the state dir; the record is
 // rewritten so that Recover finds the VM under its new name.
 func (v *VM) Relocate(spec vmm.BootSpec) error {
-	spec, err := absPaths(spec)
+	spec, err := spec.Absolute()
 	if err != nil {
 		return fmt.Errorf("firecracker: relocate: %w: %v", errdefs.ErrInvalidArgument, err)
 	}

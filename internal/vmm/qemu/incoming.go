@@ -64,7 +64,7 @@ func (v *VM) Incoming(ctx context.Context, snapshotDir string) error {
 // relative to its working directory, the state dir itself; the record is
 // rewritten so that Recover finds the VM under its new name.
 func (v *VM) Relocate(spec vmm.BootSpec) error {
-	spec, err := absPaths(spec)
+	spec, err := spec.Absolute()
 	if err != nil {
 		return fmt.Errorf("qemu: relocate: %w: %v", errdefs.ErrInvalidArgument, err)
 	}
