@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/jail"
 )
@@ -166,5 +167,42 @@ func TestNetNS(t *testing.T) {
 			w.Write([]byte("\n"))
 			waitExit(t, j)
 		})
+	}
+}
+
+// A device whose group may read and write it (Debian's /dev/kvm: root:kvm
+// 0660) opens for the jailed program; one only root may open does not.
+func TestDeviceGroup(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	shared, private := filepath.Join(dir, "shared"), filepath.Join(dir, "private")
+	for _, d := range []struct {
+		path string
+		gid  int
+		mode uint32
+	}{{shared, 4242, 0o660}, {private, 0, 0o600}} {
+		if err := unix.Mknod(d.path, unix.S_IFCHR|d.mode, int(unix.Mkdev(1, 3))); err != nil { // like /dev/null
+			t.Fatal(err)
+		}
+		if err := os.Chown(d.path, 0, d.gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d.path, os.FileMode(d.mode)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, data := gateSpec(t)
+	spec.Devices = []string{shared, private}
+	spec.Args = []string{"sh", "-c", fmt.Sprintf("(: > %s) 2>/dev/null && echo shared-ok >> /data; (: > %s) 2>/dev/null && echo private-ok >> /data; echo done >> /data", shared, private)}
+	j, err := jail.Start(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.State.Release()
+	waitExit(t, j)
+	b, _ := os.ReadFile(data)
+	got := string(b)
+	if got != "shared-ok\ndone\n" {
+		t.Errorf("jailed program opened: %q, want only the group device", got)
 	}
 }

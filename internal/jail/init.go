@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -199,7 +200,7 @@ func enter(c config) error {
 		a1, a2 uintptr
 		a3     uintptr
 	}{
-		{"setgroups", unix.SYS_SETGROUPS, 0, 0, 0},
+		{"setgroups", unix.SYS_SETGROUPS, uintptr(len(c.Groups)), groupsPtr(c.Groups), 0},
 		{"setresgid", unix.SYS_SETRESGID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)},
 		// Leaving uid 0 clears the permitted, effective and ambient sets.
 		{"setresuid", unix.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)},
@@ -208,6 +209,7 @@ func enter(c config) error {
 			return fmt.Errorf("%s: %v", sc.name, errno)
 		}
 	}
+	runtime.KeepAlive(c.Groups)
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %v", err)
 	}
@@ -228,4 +230,12 @@ func readLastCap() (int, error) {
 		return 0, fmt.Errorf("cap_last_cap: %v", err)
 	}
 	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// groupsPtr is the address of gids for setgroups(2) (0 for none).
+func groupsPtr(gids []uint32) uintptr {
+	if len(gids) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(&gids[0]))
 }

@@ -58,6 +58,10 @@ type Spec struct {
 	// Files are bound into the root, each at /<Name>.
 	Files []File
 	// Devices are host device nodes bound in at the same path (/dev/kvm).
+	// The process keeps each one's group as a supplementary group when the
+	// group may read and write it (Debian's /dev/kvm is root:kvm 0660), so
+	// an unprivileged VMM can open it; a device only root may open stays
+	// closed to it.
 	Devices []string
 	// Own lists host files the VMM writes: they are chowned to its id and
 	// made 0600 before it starts.
@@ -135,6 +139,9 @@ type config struct {
 	GateFD int `json:"gate_fd"`
 	// NetNSFD, when above 0, is a network namespace to join.
 	NetNSFD int `json:"netns_fd,omitempty"`
+	// Groups are the supplementary groups the program keeps (those of
+	// its devices).
+	Groups []uint32 `json:"groups,omitempty"`
 }
 
 // Start starts spec's program in a new jail. The caller waits for
@@ -190,7 +197,7 @@ func Start(spec Spec) (_ *Jail, err error) {
 	c := config{
 		Root: spec.Root, Files: spec.Files, Devices: spec.Devices, Cgroups: st.Cgroups,
 		UID: id, NoFile: spec.Limits.NoFile, Path: spec.Path, Args: spec.Args,
-		GateFD: 3 + len(extra) - 1,
+		GateFD: 3 + len(extra) - 1, Groups: deviceGroups(spec.Devices),
 	}
 	cloneflags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
 	if spec.NetNS != nil {
@@ -270,3 +277,17 @@ func (s State) PeakMemory() int64 { return peakMemory(s.Cgroups) }
 
 // Limits reads back the limits the jail's cgroups enforce.
 func (s State) Limits() (Limits, error) { return readLimits(s.Cgroups) }
+
+// deviceGroups are the groups of devs that may read and write them, other
+// than root's (which a VMM must never have).
+func deviceGroups(devs []string) []uint32 {
+	var out []uint32
+	for _, d := range devs {
+		var st syscall.Stat_t
+		if syscall.Stat(d, &st) != nil || st.Gid == 0 || st.Mode&0o060 != 0o060 {
+			continue
+		}
+		out = append(out, st.Gid)
+	}
+	return out
+}
