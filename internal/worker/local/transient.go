@@ -93,6 +93,12 @@ func (w *Worker) undoTransient(ctx context.Context, sb *sandbox, t transient) er
 			return fmt.Errorf("resume: %w", err)
 		}
 		sb.paused = false
+		// The first link to a guest resumed after a snapshot it did not
+		// see end can stall in its handshake: redial until the agent
+		// answers, so the sandbox is only called running once it does.
+		if _, err := sb.agent.WaitReady(ctx); err != nil {
+			return fmt.Errorf("agent after resume: %w", err)
+		}
 	}
 	if t.Frozen {
 		if err := sb.agent.Thaw(ctx); err != nil {
