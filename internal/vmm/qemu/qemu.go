@@ -335,4 +335,3 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 	v.log.Info("vmm adopted")
 	return v, nil
 }
-
