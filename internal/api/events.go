@@ -218,8 +218,13 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 			// A stream whose sandbox went away would otherwise wait for the
 			// link forever.
 			if cur, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID); err == nil && cur.State != store.SandboxRunning {
-				s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable, "sandbox is %s", cur.State))
-				return
+				// A delete records every command's exit before it stops
+				// the VM: until then the stream waits for that exit
+				// rather than ending with an error.
+				if cur.State != store.SandboxDeleting || s.storedExit(ctx, sb, c.ID) {
+					s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable, "sandbox is %s", cur.State))
+					return
+				}
 			}
 			if ew.heartbeat() != nil {
 				return
@@ -271,6 +276,16 @@ func (s *Server) endStream(r *http.Request, ew *eventWriter, sb *store.Sandbox, 
 		info.Message = "the event stream was interrupted; reattach with after= the last seq"
 	}
 	ew.event(apiv1.Event{Type: apiv1.EventError, Code: info.Code, Message: info.Message})
+}
+
+// storedExit tells whether the store holds the command's exit.
+func (s *Server) storedExit(ctx context.Context, sb *store.Sandbox, cid string) bool {
+	c, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, cid)
+	if err != nil {
+		return false
+	}
+	_, ok := decodeExit(c)
+	return ok
 }
 
 func exitEvent(ex commandExit, after uint64) apiv1.Event {
