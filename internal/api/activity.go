@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -136,9 +137,6 @@ func (l *lifecycleState) woke(id string) {
 	delete(l.idleSubs, id)
 }
 
-// idleStates are the states idle expiry suspends from.
-var idleStates = []store.SandboxState{store.SandboxRunning, store.SandboxPaused}
-
 // expireIdle submits a suspend for a sandbox idle past its
 // idle_timeout_seconds; it returns when the sandbox will be idle long
 // enough, or the zero time.
@@ -162,7 +160,7 @@ func (s *Server) expireIdle(ctx context.Context, sb *store.Sandbox, now time.Tim
 	}
 	l.idleSubs[sb.ID] = now
 	l.mu.Unlock()
-	op, err := s.submitOn(ctx, sb, store.OpSuspend, idleStates, nil)
+	op, err := s.submitOn(ctx, sb, store.OpSuspend, sandbox.RuleOf(sandbox.Suspend).From, nil)
 	if err != nil {
 		if errdefs.ClassOf(err) != errdefs.ErrConflict {
 			s.logger.Error("idle suspend", "sandbox", sb.ID, "err", err)

@@ -13,67 +13,62 @@ import (
 
 var tenantNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_\-]{0,62}$`)
 
-func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateTenantRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if !tenantNameRE.MatchString(req.Name) {
-		s.writeError(w, r, invalid(map[string]string{"name": "1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit"}))
-		return
+		return invalid(map[string]string{"name": "1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit"})
 	}
 	t := &store.Tenant{ID: store.NewID(store.PrefixTenant), Name: req.Name, Quota: s.cfg.DefaultQuota, CreatedAt: time.Now().UTC()}
 	if err := s.store.CreateTenant(r.Context(), t); err != nil {
 		if errdefs.ClassOf(err) == errdefs.ErrConflict {
 			err = errdefs.New(errdefs.ErrConflict, "tenant %q exists", req.Name).WithCause(err)
 		}
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("tenant created", "tenant", t.ID, "name", t.Name)
 	writeJSON(w, http.StatusCreated, apiv1.TenantResponse{Tenant: apiv1.Tenant{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt}})
+	return nil
 }
 
-func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateKeyRequest
 	if err := decodeJSON(r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	name := r.PathValue("name")
 	t, err := s.store.GetTenantByName(r.Context(), name)
 	if err != nil {
-		s.writeError(w, r, notFoundAs(err, "tenant", name))
-		return
+		return notFoundAs(err, "tenant", name)
 	}
 	secret, key, err := s.auth.CreateKeyFormat(r.Context(), t.ID, req.Admin, req.Format)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	created := key.CreatedAt
 	if created.IsZero() {
 		created = time.Now().UTC()
 	}
 	writeJSON(w, http.StatusCreated, apiv1.KeyResponse{ID: key.ID, Tenant: t.Name, Key: secret, Admin: key.Admin, CreatedAt: created.UTC()})
+	return nil
 }
 
-func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if !validID(id, store.PrefixAPIKey) {
-		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "key %q not found", id))
-		return
+		return errdefs.New(errdefs.ErrNotFound, "key %q not found", id)
 	}
 	if err := s.store.RevokeAPIKey(r.Context(), id); err != nil {
-		s.writeError(w, r, notFoundAs(err, "key", id))
-		return
+		return notFoundAs(err, "key", id)
 	}
 	s.log(r).Info("api key revoked", "key", id)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	wk := apiv1.Worker{ID: s.cfg.WorkerID, Ready: true}
@@ -86,4 +81,5 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 		wk.Sandboxes = len(vms)
 	}
 	writeJSON(w, http.StatusOK, apiv1.WorkerList{Workers: []apiv1.Worker{wk}})
+	return nil
 }

@@ -16,24 +16,21 @@ import (
 // checkpoint (operation type "branch"). Its template and sizes are the
 // checkpoint's: a request naming other sizes, or another template, is 400.
 // Without a network policy of its own it takes its parent sandbox's.
-func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1.CreateSandboxRequest) {
+func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1.CreateSandboxRequest) error {
 	ctx := r.Context()
 	f := map[string]string{}
 	if req.VCPUs != 0 || req.MemoryMiB != 0 || req.DiskMiB != 0 {
 		f["from_checkpoint"] = "a branch has the checkpoint's vcpus, memory_mib and disk_mib; leave them out"
 	}
 	if len(f) > 0 {
-		s.writeError(w, r, invalid(f))
-		return
+		return invalid(f)
 	}
 	ck, err := s.readyCheckpoint(ctx, req.FromCheckpoint)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if name, _, _ := strings.Cut(req.Template, "@"); req.Template != "" && name != ck.Template {
-		s.writeError(w, r, invalid(map[string]string{"template": "a branch has its checkpoint's template (" + ck.Template + "); leave it out"}))
-		return
+		return invalid(map[string]string{"template": "a branch has its checkpoint's template (" + ck.Template + "); leave it out"})
 	}
 	v := *req
 	v.Template, v.FromCheckpoint = ck.Template, ""
@@ -46,8 +43,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 		}
 	}
 	if err := s.validateCreate(&v); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	now := time.Now().UTC()
 	sb := &store.Sandbox{
@@ -69,11 +65,11 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpBranch, Target: sb.ID, Params: raw},
 		func(ctx context.Context, tx store.Store) error { return tx.CreateSandbox(ctx, sb) })
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("sandbox branch submitted", "sandbox", sb.ID, "op", op.ID, "checkpoint", ck.ID)
 	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: toSandbox(sb), Operation: toOperation(op)})
+	return nil
 }
 
 // branchSource is the checkpoint a branch operation starts from.

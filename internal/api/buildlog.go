@@ -245,13 +245,12 @@ func (lr *logReader) read(size int64, final bool, emit func(apiv1.BuildLogEvent)
 // streamBuildLog writes a build's log lines with seq > after, following the
 // log while the build runs, and ends with an "end" event carrying the
 // operation's terminal state.
-func (s *Server) streamBuildLog(w http.ResponseWriter, r *http.Request, op *store.Operation, after uint64) {
+func (s *Server) streamBuildLog(w http.ResponseWriter, r *http.Request, op *store.Operation, after uint64) error {
 	ctx := r.Context()
 	live := s.buildLogs.get(op.ID)
 	f, err := os.Open(s.buildLogs.path(op.ID))
 	if err != nil && !os.IsNotExist(err) {
-		s.writeError(w, r, fmt.Errorf("open build log: %w", err))
-		return
+		return fmt.Errorf("open build log: %w", err)
 	}
 	ew := newEventWriter(w, r)
 	emit := func(ev apiv1.BuildLogEvent) error { return ew.json(ev, ev.Seq) }
@@ -271,23 +270,23 @@ func (s *Server) streamBuildLog(w http.ResponseWriter, r *http.Request, op *stor
 				fi, err := f.Stat()
 				if err != nil {
 					emit(apiv1.BuildLogEvent{Type: apiv1.BuildLogError, Code: "internal", Message: "the build log could not be read"})
-					return
+					return nil
 				}
 				size = fi.Size()
 			}
 			if err := lr.read(size, done, emit); err != nil {
-				return
+				return nil
 			}
 			if done {
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-changed:
 			case <-idle.C:
 				if ew.heartbeat() != nil {
-					return
+					return nil
 				}
 			}
 			idle.Reset(s.cfg.Heartbeat)
@@ -298,7 +297,7 @@ func (s *Server) streamBuildLog(w http.ResponseWriter, r *http.Request, op *stor
 	if err != nil {
 		emit(apiv1.BuildLogEvent{Type: apiv1.BuildLogError, Code: "unavailable",
 			Message: "the build has not ended yet; reattach with after= the last seq"})
-		return
+		return nil
 	}
 	ev := apiv1.BuildLogEvent{Seq: lr.seq + 1, Type: apiv1.BuildLogEnd, State: string(end.State)}
 	if end.Error != nil {
@@ -307,6 +306,7 @@ func (s *Server) streamBuildLog(w http.ResponseWriter, r *http.Request, op *stor
 	if ev.Seq > after {
 		emit(ev)
 	}
+	return nil
 }
 
 // waitOperationEnd waits (bounded) for an operation to be terminal.

@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -19,8 +20,8 @@ type checkpointParams struct {
 	Checkpoint string `json:"checkpoint"`
 }
 
-// checkpointable are the states a checkpoint can be taken in.
-var checkpointable = []store.SandboxState{store.SandboxRunning, store.SandboxPaused}
+// checkpointRule are the states a checkpoint can be taken in.
+var checkpointRule = sandbox.RuleOf(sandbox.Checkpoint)
 
 // maxAncestry bounds the walk up a sandbox's branch lineage.
 const maxAncestry = 32
@@ -106,30 +107,25 @@ func (s *Server) inLineage(ctx context.Context, sandboxID string, ck *store.Chec
 	return false, nil
 }
 
-func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateCheckpointRequest
 	if err := decodeJSON(r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Name != "" && !metadataKeyRE.MatchString(req.Name) {
-		s.writeError(w, r, invalid(map[string]string{"name": "1-63 characters of letters, digits and _ . - /"}))
-		return
+		return invalid(map[string]string{"name": "1-63 characters of letters, digits and _ . - /"})
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	if err := requireState(sb, checkpointable...); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := checkpointRule.Check(sb); err != nil {
+		return err
 	}
 	ctx := r.Context()
 	parent, err := s.origin(ctx, sb.ID)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ck := &store.Checkpoint{ID: store.NewID(store.PrefixCheckpoint), TenantID: sb.TenantID, SandboxID: sb.ID,
 		Name: req.Name, Parent: parent, State: store.CheckpointCreating, Template: sb.Template,
@@ -142,17 +138,17 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return err
 			}
-			if err := requireState(cur, checkpointable...); err != nil {
+			if err := checkpointRule.Check(cur); err != nil {
 				return err
 			}
 			return tx.CreateCheckpoint(ctx, ck)
 		})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("checkpoint submitted", "sandbox", sb.ID, "checkpoint", ck.ID, "op", op.ID)
 	writeJSON(w, http.StatusAccepted, apiv1.CheckpointAndOperation{Checkpoint: toCheckpoint(ck), Operation: toOperation(op)})
+	return nil
 }
 
 // runCheckpoint is the "checkpoint" operation: the worker keeps the
@@ -174,10 +170,10 @@ func (s *Server) runCheckpoint(ctx context.Context, op *store.Operation, report 
 	if err != nil {
 		return fail(err)
 	}
-	if err := requireState(sb, checkpointable...); err != nil {
+	if err := checkpointRule.Check(sb); err != nil {
 		return fail(err)
 	}
-	report(ctx, "copying", 30)
+	report(ctx, checkpointRule.Step, 30)
 	st, err := s.worker.Checkpoint(ctx, sb.ID, p.Checkpoint)
 	if err != nil {
 		log.Warn("checkpoint failed", "err", causeString(err))
@@ -199,94 +195,83 @@ func (s *Server) runCheckpoint(ctx context.Context, op *store.Operation, report 
 	return toCheckpoint(ck), nil
 }
 
-func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) error {
 	pr, err := pageRequest(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	page, err := s.store.ListCheckpoints(r.Context(), store.CheckpointFilter{TenantID: sb.TenantID, SandboxID: sb.ID, PageRequest: pr})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := apiv1.CheckpointList{Checkpoints: []apiv1.Checkpoint{}, NextPageToken: page.NextPageToken}
 	for _, c := range page.Items {
 		out.Checkpoints = append(out.Checkpoints, toCheckpoint(c))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	ck, err := s.checkpoint(r.Context(), r.PathValue("ckpt"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, toCheckpoint(ck))
+	return nil
 }
 
 // deleteCheckpoint removes a checkpoint's files and record at once (204).
 // Sandboxes branched from or restored to it keep working: they own their
 // copies. A checkpoint still being made is 409.
-func (s *Server) deleteCheckpoint(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	ck, err := s.checkpoint(ctx, r.PathValue("ckpt"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if ck.State == store.CheckpointCreating {
-		s.writeError(w, r, errdefs.New(errdefs.ErrConflict, "checkpoint %s is %s", ck.ID, ck.State).
-			WithDetails(map[string]any{"state": string(ck.State)}))
-		return
+		return errdefs.New(errdefs.ErrConflict, "checkpoint %s is %s", ck.ID, ck.State).
+			WithDetails(map[string]any{"state": string(ck.State)})
 	}
 	if err := s.worker.DeleteCheckpoint(ctx, ck.ID); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := s.store.DeleteCheckpoint(ctx, ck.TenantID, ck.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("checkpoint deleted", "checkpoint", ck.ID)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.RestoreRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Checkpoint == "" {
-		s.writeError(w, r, invalid(map[string]string{"checkpoint": "required"}))
-		return
+		return invalid(map[string]string{"checkpoint": "required"})
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	ck, err := s.readyCheckpoint(ctx, req.Checkpoint)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ok, err := s.inLineage(ctx, sb.ID, ck)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if !ok {
-		s.writeError(w, r, invalid(map[string]string{"checkpoint": "must be a checkpoint of this sandbox or of a sandbox it was branched from"}))
-		return
+		return invalid(map[string]string{"checkpoint": "must be a checkpoint of this sandbox or of a sandbox it was branched from"})
 	}
 	// The sandbox takes the checkpoint's size: what it grows by must fit
 	// the tenant's quota, checked as the restore is accepted.
@@ -297,13 +282,13 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) {
 		}
 		return tx.CheckQuota(ctx, cur.TenantID, extra)
 	}
-	op, err := s.submitOnChecked(ctx, sb, store.OpRestore, restoreTransition.from, checkpointParams{Checkpoint: ck.ID}, growth)
+	op, err := s.submitOnChecked(ctx, sb, store.OpRestore, restoreRule.From, checkpointParams{Checkpoint: ck.ID}, growth)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("sandbox restore submitted", "sandbox", sb.ID, "op", op.ID, "checkpoint", ck.ID)
 	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
+	return nil
 }
 
 // restoreOnWorker is the worker's part of a restore; then the commands

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -28,7 +28,7 @@ func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessS
 // newCommand stores a command session in state created.
 func (s *Server) newCommand(ctx context.Context, sb *store.Sandbox, req *apiv1.CreateCommandRequest) (*store.Command, error) {
 	s.touch(ctx, sb.ID) // exec and command creation are activity, also when refused
-	if err := requireState(sb, store.SandboxRunning); err != nil {
+	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
 		return nil, err
 	}
 	s.commandDefaults(ctx, sb, req)
@@ -45,27 +45,24 @@ func (s *Server) newCommand(ctx context.Context, sb *store.Sandbox, req *apiv1.C
 	return c, nil
 }
 
-func (s *Server) createCommand(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createCommand(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateCommandRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := validateCommand(&req); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	c, err := s.newCommand(r.Context(), sb, &req)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusCreated, apiv1.CommandResponse{Command: toCommand(c)})
+	return nil
 }
 
 // command loads the sandbox and command named in the path.
@@ -85,17 +82,6 @@ func (s *Server) command(r *http.Request) (*store.Sandbox, *store.Command, error
 	return sb, c, nil
 }
 
-func (s *Server) cmdLock(id string) *sync.Mutex {
-	s.cmdMu.Lock()
-	defer s.cmdMu.Unlock()
-	l := s.cmdLocks[id]
-	if l == nil {
-		l = &sync.Mutex{}
-		s.cmdLocks[id] = l
-	}
-	return l
-}
-
 // ensureStarted starts a created command in the guest, once.
 func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.Command) (*store.Command, worker.Guest, error) {
 	ag, err := s.agent(ctx, sb.ID)
@@ -106,9 +92,7 @@ func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.
 	if c.State != store.CommandCreated {
 		return c, ag, nil
 	}
-	l := s.cmdLock(c.ID)
-	l.Lock()
-	defer l.Unlock()
+	defer s.cmdLocks.Lock(c.ID)()
 	c, err = s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID)
 	if err != nil || c.State != store.CommandCreated {
 		return c, ag, err
@@ -170,32 +154,29 @@ func (s *Server) refresh(ctx context.Context, sb *store.Sandbox, c *store.Comman
 	return c
 }
 
-func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) error {
 	sb, c, err := s.command(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	rctx, cancel := context.WithTimeout(r.Context(), refreshBudget) // a wedged guest must not hang a read
 	defer cancel()
 	writeJSON(w, http.StatusOK, apiv1.CommandResponse{Command: toCommand(s.refresh(rctx, sb, c))})
+	return nil
 }
 
-func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	pr, err := pageRequest(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	page, err := s.store.ListCommands(r.Context(), store.CommandFilter{TenantID: sb.TenantID, SandboxID: sb.ID, PageRequest: pr})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := apiv1.CommandList{Commands: []apiv1.Command{}, NextPageToken: page.NextPageToken}
 	rctx, cancel := context.WithTimeout(r.Context(), refreshBudget) // one budget for all the refreshes
@@ -204,6 +185,7 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) {
 		out.Commands = append(out.Commands, toCommand(s.refresh(rctx, sb, c)))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // runningCommand loads a command that must be running in a running sandbox;
@@ -213,7 +195,7 @@ func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, wo
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := requireState(sb, store.SandboxRunning); err != nil {
+	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
 		return nil, nil, err
 	}
 	s.touch(r.Context(), sb.ID)
@@ -228,89 +210,78 @@ func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, wo
 	return c, bounded(ag), err
 }
 
-func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) {
+func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) error {
 	eof := r.URL.Query().Get("eof")
 	if eof != "" && eof != "true" && eof != "false" {
-		s.writeError(w, r, invalid(map[string]string{"eof": "must be true or false"}))
-		return
+		return invalid(map[string]string{"eof": "must be true or false"})
 	}
 	c, ag, err := s.runningCommand(r, true)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var spec agentproto.ProcessSpec
 	_ = json.Unmarshal(c.Spec, &spec)
 	if !spec.Stdin && spec.PTY == nil {
-		s.writeError(w, r, errdefs.New(errdefs.ErrFailedPrecondition, "command %s was created without stdin", c.ID))
-		return
+		return errdefs.New(errdefs.ErrFailedPrecondition, "command %s was created without stdin", c.ID)
 	}
 	buf := make([]byte, agentproto.MaxStdinChunk)
 	for {
 		n, rerr := io.ReadFull(r.Body, buf)
 		if n > 0 {
 			if err := ag.Stdin(r.Context(), c.ProcessID, buf[:n], false); err != nil {
-				s.writeError(w, r, err)
-				return
+				return err
 			}
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 			break
 		}
 		if rerr != nil {
-			s.writeError(w, r, bodyError(rerr))
-			return
+			return bodyError(rerr)
 		}
 	}
 	if eof == "true" {
 		if err := ag.Stdin(r.Context(), c.ProcessID, nil, true); err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) commandSignal(w http.ResponseWriter, r *http.Request) {
+func (s *Server) commandSignal(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.SignalRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if _, err := agentproto.ParseSignal(req.Signal); err != nil || len(req.Signal) > 16 {
-		s.writeError(w, r, invalid(map[string]string{"signal": `must be a signal name or number, e.g. "SIGTERM"`}))
-		return
+		return invalid(map[string]string{"signal": `must be a signal name or number, e.g. "SIGTERM"`})
 	}
 	c, ag, err := s.runningCommand(r, false)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := ag.Signal(r.Context(), c.ProcessID, req.Signal); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *Server) commandResize(w http.ResponseWriter, r *http.Request) {
+func (s *Server) commandResize(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.ResizeRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if req.Rows < 1 || req.Rows > 1000 || req.Cols < 1 || req.Cols > 1000 {
-		s.writeError(w, r, invalid(map[string]string{"rows": "rows and cols must be between 1 and 1000"}))
-		return
+		return invalid(map[string]string{"rows": "rows and cols must be between 1 and 1000"})
 	}
 	c, ag, err := s.runningCommand(r, false)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if err := ag.Resize(r.Context(), c.ProcessID, uint16(req.Rows), uint16(req.Cols)); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

@@ -46,6 +46,21 @@ func errorInfo(err error) (int, apiv1.Error) {
 	return statusOf(c), apiv1.Error{Code: c.Code(), Message: msg, Details: details}
 }
 
+// handlerFunc is a route's handler: it answers the request itself, or
+// returns the error that handle writes.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle is the one adapter from a handler's error to its answer. A handler
+// returns an error only before its answer began (a stream that breaks ends
+// with an error event of its own and returns nil).
+func (s *Server) handle(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
 // writeError answers err and logs its cause with the request id.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, info := errorInfo(err)

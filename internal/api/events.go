@@ -14,6 +14,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -133,16 +134,14 @@ type nextResult struct {
 }
 
 // commandEvents streams a command's events, starting it on the first attach.
-func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
+func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 	after, err := afterParam(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sb, c, err := s.command(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	if c.State == store.CommandExited && sb.State != store.SandboxRunning {
@@ -151,16 +150,14 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 		if ex, ok := decodeExit(c); ok && (ex.Seq == 0 || ex.Seq > after) {
 			ew.event(exitEvent(ex, after))
 		}
-		return
+		return nil
 	}
-	if err := requireState(sb, store.SandboxRunning); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
+		return err
 	}
 	c, ag, err := s.ensureStarted(ctx, sb, c)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	defer s.streamAttached(ctx, sb.ID)()
 	// The reader goroutine owns the stream: cancelling sctx interrupts it,
@@ -172,11 +169,10 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() == nil && overdue(c) {
 			if ex, ended := s.settleOverdue(ctx, sb, c, after); ended {
 				newEventWriter(w, r).event(exitEvent(ex, after))
-				return
+				return nil
 			}
 		}
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ew := newEventWriter(w, r)
 	next := make(chan nextResult)
@@ -203,17 +199,17 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-deadline:
 			if ex, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
 				ew.event(exitEvent(ex, lastSeq))
-				return
+				return nil
 			}
 			deadline = time.After(deadlineGrace) // the exit is on its way
 		case <-stop:
 			s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable,
 				"the sandbox stopped running (pause, suspend or restore); reattach with after= once it runs"))
-			return
+			return nil
 		case <-idle.C:
 			// A stream whose sandbox went away would otherwise wait for the
 			// link forever.
@@ -223,11 +219,11 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 				// rather than ending with an error.
 				if cur.State != store.SandboxDeleting || s.storedExit(ctx, sb, c.ID) {
 					s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable, "sandbox is %s", cur.State))
-					return
+					return nil
 				}
 			}
 			if ew.heartbeat() != nil {
-				return
+				return nil
 			}
 			idle.Reset(s.cfg.Heartbeat)
 		case n := <-next:
@@ -235,21 +231,21 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) {
 				if ctx.Err() == nil && overdue(c) {
 					if ex, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
 						ew.event(exitEvent(ex, lastSeq))
-						return
+						return nil
 					}
 				}
 				s.endStream(r, ew, sb, c.ID, n.err)
-				return
+				return nil
 			}
 			if n.ev.Type == agentproto.EventExit && n.ev.Exit != nil {
 				s.recordExit(ctx, c.ID, n.ev.Exit, n.ev.Seq)
 			}
 			if ew.event(toEvent(n.ev)) != nil {
-				return
+				return nil
 			}
 			lastSeq = max(lastSeq, n.ev.Seq)
 			if n.ev.Type == agentproto.EventExit {
-				return
+				return nil
 			}
 			idle.Reset(s.cfg.Heartbeat)
 		}

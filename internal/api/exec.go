@@ -39,29 +39,25 @@ func (c *capped) text() (string, []byte) {
 }
 
 // exec runs a short command to the end and answers its collected output.
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.ExecRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if req.StdinData != "" {
 		req.Stdin = true
 	}
 	if err := validateCommand(&req.CreateCommandRequest); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	c, err := s.newCommand(ctx, sb, &req.CreateCommandRequest)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	stdout := &capped{max: s.cfg.ExecOutputBytes}
 	stderr := &capped{max: s.cfg.ExecOutputBytes}
@@ -79,11 +75,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() == nil && overdue(c) {
 			if ex, ended := s.settleOverdue(ctx, sb, c, 0); ended {
 				answer(ex.ExitStatus)
-				return
+				return nil
 			}
 		}
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	c = started
 	if req.Stdin {
@@ -91,14 +86,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		for len(data) > 0 {
 			n := min(len(data), agentproto.MaxStdinChunk)
 			if err := ag.Stdin(ctx, c.ProcessID, data[:n], false); err != nil {
-				s.writeError(w, r, err)
-				return
+				return err
 			}
 			data = data[n:]
 		}
 		if err := ag.Stdin(ctx, c.ProcessID, nil, true); err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	// The stream is bounded by the command's deadline (see
@@ -121,19 +114,18 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			s.recordExit(ctx, c.ID, ex.exit, ex.seq)
 			answer(toExitStatus(ex.exit))
-			return
+			return nil
 		case bound && ctx.Err() == nil && overdue(c):
 			if stored, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
 				answer(stored.ExitStatus)
-				return
+				return nil
 			}
 			bound = false
 		default:
 			if errors.Is(err, io.EOF) {
 				err = errdefs.New(errdefs.ErrUnavailable, "the command's output stream ended without an exit status").WithCause(err)
 			}
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 	}
 }

@@ -60,7 +60,7 @@ func (s *Server) requireFeature(name string) error {
 		WithDetails(map[string]any{"feature": name})
 }
 
-func (s *Server) listFeatures(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listFeatures(w http.ResponseWriter, r *http.Request) error {
 	out := apiv1.FeatureList{Features: []apiv1.Feature{}}
 	for _, f := range knownFeatures {
 		f.Enabled = s.features[f.Name]
@@ -68,4 +68,5 @@ func (s *Server) listFeatures(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Slice(out.Features, func(i, j int) bool { return out.Features[i].Name < out.Features[j].Name })
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -53,7 +54,7 @@ func (s *Server) fileTarget(r *http.Request) (worker.Guest, string, bool, error)
 	if err != nil {
 		return nil, "", false, err
 	}
-	if err := requireState(sb, store.SandboxRunning); err != nil {
+	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
 		return nil, "", false, err
 	}
 	s.touch(r.Context(), sb.ID)
@@ -61,38 +62,35 @@ func (s *Server) fileTarget(r *http.Request) (worker.Guest, string, bool, error)
 	return ag, p, tar, err
 }
 
-func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 	var mode uint64 = 0o644
 	if v := r.URL.Query().Get("mode"); v != "" {
 		m, err := strconv.ParseUint(v, 8, 32)
 		if err != nil || m > 0o7777 {
-			s.writeError(w, r, invalid(map[string]string{"mode": `must be octal permission bits such as "0644"`}))
-			return
+			return invalid(map[string]string{"mode": `must be octal permission bits such as "0644"`})
 		}
 		mode = m
 	}
 	ag, p, tar, err := s.fileTarget(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if tar {
 		if err := ag.TarIn(r.Context(), p, r.Body); err != nil {
-			s.writeError(w, r, s.uploadError(err))
-			return
+			return s.uploadError(err)
 		}
 		w.WriteHeader(http.StatusNoContent)
-		return
+		return nil
 	}
 	// The announced length lets the agent tell a body cut short (a client
 	// gone, a limit hit) from a complete one: it then keeps nothing.
 	info, err := ag.WriteFile(r.Context(), p, uint32(mode), r.ContentLength, r.Body)
 	if err != nil {
-		s.writeError(w, r, s.uploadError(err))
-		return
+		return s.uploadError(err)
 	}
 	info.Name = path.Base(p)
 	writeJSON(w, http.StatusOK, toFileInfo(info))
+	return nil
 }
 
 // uploadError prefers the body limit's 413 over whatever the agent made of
@@ -105,25 +103,22 @@ func (s *Server) uploadError(err error) error {
 	return err
 }
 
-func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
 	ag, p, tar, err := s.fileTarget(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var body io.ReadCloser
 	if tar {
 		body, err = ag.TarOut(r.Context(), p)
 		if err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
 	} else {
 		rc, info, err := ag.ReadFile(r.Context(), p)
 		if err != nil {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 		body = rc
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -140,45 +135,42 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		http.NewResponseController(w).Flush()
 		panic(http.ErrAbortHandler)
 	}
+	return nil
 }
 
-func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	ag, p, _, err := s.fileTarget(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	entries, err := ag.ListDir(r.Context(), p)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := []apiv1.FileInfo{}
 	for _, e := range entries {
 		out = append(out, toFileInfo(e))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) error {
 	rec := r.URL.Query().Get("recursive")
 	if rec != "" && rec != "true" && rec != "false" {
-		s.writeError(w, r, invalid(map[string]string{"recursive": "must be true or false"}))
-		return
+		return invalid(map[string]string{"recursive": "must be true or false"})
 	}
 	ag, p, _, err := s.fileTarget(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if p == "/" {
-		s.writeError(w, r, errdefs.New(errdefs.ErrInvalidArgument, "refusing to delete /").
-			WithDetails(map[string]any{"fields": map[string]string{"path": "must not be /"}}))
-		return
+		return errdefs.New(errdefs.ErrInvalidArgument, "refusing to delete /").
+			WithDetails(map[string]any{"fields": map[string]string{"path": "must not be /"}})
 	}
 	if err := ag.Delete(r.Context(), p, rec == "true"); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -18,33 +17,6 @@ import (
 // IdempotencyTTL is how long an Idempotency-Key is remembered (documented in
 // the OpenAPI document; the pruning itself is Server.Run's).
 const IdempotencyTTL = 24 * time.Hour
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// lockKey serialises requests of one tenant with one key in this process, so
-// a concurrent repeat waits for the first answer instead of racing it.
-func (s *Server) lockKey(k string) (unlock func()) {
-	s.idemMu.Lock()
-	l := s.idemLocks[k]
-	if l == nil {
-		l = &keyLock{}
-		s.idemLocks[k] = l
-	}
-	l.refs++
-	s.idemMu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.idemMu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.idemLocks, k)
-		}
-		s.idemMu.Unlock()
-	}
-}
 
 // captureWriter passes a response through and keeps a copy of it.
 type captureWriter struct {
@@ -98,7 +70,7 @@ func (s *Server) idempotent(next http.HandlerFunc) http.HandlerFunc {
 
 		ctx := r.Context()
 		tenant := principal(ctx).TenantID
-		unlock := s.lockKey(tenant + "\x00" + key)
+		unlock := s.idemLocks.Lock(tenant + "\x00" + key)
 		defer unlock()
 		rec, inserted, err := s.store.PutIdempotencyRecord(ctx, &store.IdempotencyRecord{
 			TenantID: tenant, Key: key, RequestHash: hash, CreatedAt: time.Now().UTC(),

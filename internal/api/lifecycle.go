@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -31,15 +32,17 @@ func (s *Server) runCreate(ctx context.Context, op *store.Operation, report oper
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != store.SandboxCreating {
+	if sb.State != sandbox.RuleOf(sandbox.Create).During {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not creating", sb.ID, sb.State)
 	}
-	report(ctx, "booting", 10)
+	rule := sandbox.RuleOf(sandbox.Create)
+	report(ctx, rule.Step, 10)
 	spec := worker.SandboxSpec{ID: sb.ID, Template: templateRefOf(sb), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
 		DiskMiB: sb.DiskMiB, Env: sb.Env, Hostname: sb.ID, Network: sb.Network, SecretScope: sb.TenantID}
 	if op.Type == store.OpBranch {
 		spec.FromCheckpoint = branchSource(op)
-		report(ctx, "restoring checkpoint", 10)
+		rule = sandbox.RuleOf(sandbox.Branch)
+		report(ctx, rule.Step, 10)
 	}
 	_, cerr := s.worker.CreateSandbox(ctx, spec)
 	if cerr == nil && op.Type == store.OpBranch {
@@ -53,7 +56,7 @@ func (s *Server) runCreate(ctx context.Context, op *store.Operation, report oper
 	}
 	if cerr == nil {
 		sb, err = s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sb.ID,
-			[]store.SandboxState{store.SandboxCreating}, store.SandboxRunning, nil)
+			rule.Running(), rule.To, nil)
 		if err == nil {
 			log.Info("sandbox running")
 			return toSandbox(sb), nil
@@ -61,7 +64,7 @@ func (s *Server) runCreate(ctx context.Context, op *store.Operation, report oper
 		cerr = fmt.Errorf("mark sandbox running: %w", err)
 	}
 	log.Warn("sandbox create failed", "err", causeString(cerr))
-	s.failSandbox(ctx, sb.ID, cerr, store.SandboxCreating)
+	s.failSandbox(ctx, sb.ID, cerr, rule.Running()...)
 	return nil, cerr
 }
 
@@ -96,11 +99,12 @@ func (s *Server) runDelete(ctx context.Context, op *store.Operation, report oper
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != store.SandboxDeleting {
+	rule := sandbox.RuleOf(sandbox.Delete)
+	if sb.State != rule.During {
 		return nil, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", sb.ID, sb.State).
 			WithDetails(map[string]any{"state": string(sb.State)})
 	}
-	report(ctx, "stopping", 30)
+	report(ctx, rule.Step, 30)
 	// Ask the agent how each process stands, so commands that ended keep
 	// their real exit and the others' exit event gets the next sequence number.
 	var procs map[string]agentproto.ProcessInfo
@@ -119,7 +123,7 @@ func (s *Server) runDelete(ctx context.Context, op *store.Operation, report oper
 		return nil, fmt.Errorf("delete sandbox %s on the worker: %w", sb.ID, err)
 	}
 	sb, err = s.store.TransitionSandbox(ctx, store.AnyTenant, sb.ID,
-		[]store.SandboxState{store.SandboxDeleting}, store.SandboxDeleted, nil)
+		rule.Running(), rule.To, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -10,81 +10,62 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
-// A lifecycle operation moves a sandbox from one of its from states through
-// a transitional state (via) to its end state while the worker acts. The
-// state is checked twice: at the edge, for a prompt 409, and when the
-// operation starts, because the engine runs the operations of one sandbox
-// one after another and an earlier one may have moved it meanwhile.
-type transition struct {
-	step string
-	from []store.SandboxState
-	via  store.SandboxState
-	to   store.SandboxState
-	// failOnDataLoss: a data_loss error means the sandbox's state is gone
-	// (wake), rather than that the input was bad and the sandbox untouched
-	// (restore).
-	failOnDataLoss bool
-}
-
+// A lifecycle operation moves a sandbox along its verb's row of the state
+// machine (internal/sandbox) while the worker acts.
 var (
-	pauseTransition = transition{step: "pausing", from: []store.SandboxState{store.SandboxRunning},
-		via: store.SandboxPausing, to: store.SandboxPaused}
-	suspendTransition = transition{step: "suspending", from: []store.SandboxState{store.SandboxRunning, store.SandboxPaused},
-		via: store.SandboxSuspending, to: store.SandboxSuspended}
-	wakeTransition = transition{step: "waking", from: []store.SandboxState{store.SandboxPaused, store.SandboxSuspended},
-		via: store.SandboxWaking, to: store.SandboxRunning, failOnDataLoss: true}
-	// A restore replaces the VM; the sandbox shows waking meanwhile.
-	restoreTransition = transition{step: "restoring", from: []store.SandboxState{store.SandboxRunning, store.SandboxPaused, store.SandboxSuspended},
-		via: store.SandboxWaking, to: store.SandboxRunning}
+	pauseRule   = sandbox.RuleOf(sandbox.Pause)
+	suspendRule = sandbox.RuleOf(sandbox.Suspend)
+	wakeRule    = sandbox.RuleOf(sandbox.Wake)
+	restoreRule = sandbox.RuleOf(sandbox.Restore)
 )
 
 // registerLifecycle registers the lifecycle operation handlers.
 func (s *Server) registerLifecycle() {
-	s.ops.Register(store.OpPause, s.runTransition(pauseTransition, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+	s.ops.Register(store.OpPause, s.runTransition(pauseRule, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
 		return s.worker.PauseSandbox(ctx, op.Target)
 	}))
-	s.ops.Register(store.OpSuspend, s.runTransition(suspendTransition, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+	s.ops.Register(store.OpSuspend, s.runTransition(suspendRule, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
 		return s.worker.SuspendSandbox(ctx, op.Target)
 	}))
-	s.ops.Register(store.OpWake, s.runTransition(wakeTransition, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+	s.ops.Register(store.OpWake, s.runTransition(wakeRule, func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
 		return s.worker.WakeSandbox(ctx, op.Target)
 	}))
-	s.ops.Register(store.OpRestore, s.runTransition(restoreTransition, s.restoreOnWorker))
+	s.ops.Register(store.OpRestore, s.runTransition(restoreRule, s.restoreOnWorker))
 	s.ops.Register(store.OpCheckpoint, s.runCheckpoint)
 	s.ops.Register(store.OpBranch, s.runCreate)
 }
 
-func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
-	s.submitTransition(w, r, store.OpPause, pauseTransition, nil)
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
+	return s.submitTransition(w, r, store.OpPause, pauseRule, nil)
 }
 
-func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) {
-	s.submitTransition(w, r, store.OpSuspend, suspendTransition, nil)
+func (s *Server) suspendSandbox(w http.ResponseWriter, r *http.Request) error {
+	return s.submitTransition(w, r, store.OpSuspend, suspendRule, nil)
 }
 
-func (s *Server) wakeSandbox(w http.ResponseWriter, r *http.Request) {
-	s.submitTransition(w, r, store.OpWake, wakeTransition, nil)
+func (s *Server) wakeSandbox(w http.ResponseWriter, r *http.Request) error {
+	return s.submitTransition(w, r, store.OpWake, wakeRule, nil)
 }
 
 // submitTransition answers a lifecycle call: 409 with the current state
-// when the sandbox is in none of t.from, else 202 with the operation.
-func (s *Server) submitTransition(w http.ResponseWriter, r *http.Request, typ store.OperationType, t transition, params any) {
+// when the sandbox is in none of t.From, else 202 with the operation.
+func (s *Server) submitTransition(w http.ResponseWriter, r *http.Request, typ store.OperationType, t sandbox.Rule, params any) error {
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	op, err := s.submitOn(r.Context(), sb, typ, t.from, params)
+	op, err := s.submitOn(r.Context(), sb, typ, t.From, params)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("sandbox "+string(typ)+" submitted", "sandbox", sb.ID, "op", op.ID)
 	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
+	return nil
 }
 
 // submitOn submits an operation on sb after checking, in the same
@@ -110,7 +91,7 @@ func (s *Server) submitOnChecked(ctx context.Context, sb *store.Sandbox, typ sto
 		if err != nil {
 			return err
 		}
-		if err := requireState(cur, from...); err != nil {
+		if err := sandbox.RequireState(cur, from...); err != nil {
 			return err
 		}
 		if check != nil {
@@ -121,17 +102,17 @@ func (s *Server) submitOnChecked(ctx context.Context, sb *store.Sandbox, typ sto
 }
 
 // runTransition is the operation handler of t: it moves the sandbox to
-// t.via, lets act do the worker's part, and moves it to t.to; when act fails
+// t.During, lets act do the worker's part, and moves it to t.To; when act fails
 // the sandbox takes the state the worker reports (see settle).
-func (s *Server) runTransition(t transition, act func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error)) operation.Handler {
+func (s *Server) runTransition(t sandbox.Rule, act func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error)) operation.Handler {
 	return func(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
 		log := s.logger.With("op", op.ID, "sandbox", op.Target)
-		sb, err := s.store.TransitionSandbox(ctx, store.AnyTenant, op.Target, t.from, t.via, nil)
+		sb, err := s.store.TransitionSandbox(ctx, store.AnyTenant, op.Target, t.From, t.During, nil)
 		if err != nil {
 			return nil, err
 		}
 		s.life.leftRunning(sb.ID)
-		report(ctx, t.step, 20)
+		report(ctx, t.Step, 20)
 		st, werr := act(ctx, op)
 		if werr != nil {
 			log.Warn("sandbox "+string(op.Type)+" failed", "err", causeString(werr))
@@ -139,8 +120,8 @@ func (s *Server) runTransition(t transition, act func(ctx context.Context, op *s
 			return nil, werr
 		}
 		sb, err = s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sb.ID,
-			[]store.SandboxState{t.via}, t.to, func(sb *store.Sandbox) error {
-				if t.to == store.SandboxRunning {
+			t.Running(), t.To, func(sb *store.Sandbox) error {
+				if t.To == store.SandboxRunning {
 					// A woken sandbox starts a fresh idle period.
 					sb.LastActivityAt = time.Now().UTC()
 					sb.Template, sb.VCPUs, sb.MemoryMiB = orStr(st.Spec.Template, sb.Template), orInt(st.Spec.VCPUs, sb.VCPUs), orInt(st.Spec.MemoryMiB, sb.MemoryMiB)
@@ -150,7 +131,7 @@ func (s *Server) runTransition(t transition, act func(ctx context.Context, op *s
 		if err != nil {
 			return nil, err
 		}
-		if t.to == store.SandboxRunning {
+		if t.To == store.SandboxRunning {
 			s.life.woke(sb.ID)
 		}
 		log.Info("sandbox " + string(sb.State))
@@ -174,18 +155,18 @@ func orInt(v, d int) int {
 	return v
 }
 
-// settle moves a sandbox whose lifecycle call failed out of t.via: to
+// settle moves a sandbox whose lifecycle call failed out of t.During: to
 // failed (its VM torn down, commands lost) when the worker no longer has a
 // VM for it, to failed with the files kept for inspection on data loss at
 // wake, and otherwise to the state the worker reports.
-func (s *Server) settle(ctx context.Context, id string, t transition, cause error) {
+func (s *Server) settle(ctx context.Context, id string, t sandbox.Rule, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	log := s.logger.With("sandbox", id)
-	if t.failOnDataLoss && errdefs.ClassOf(cause) == errdefs.ErrDataLoss {
+	if t.FailOnDataLoss && errdefs.ClassOf(cause) == errdefs.ErrDataLoss {
 		// The worker keeps the damaged snapshot until the sandbox is deleted.
 		s.endCommands(ctx, id, agentproto.ReasonLost, nil)
-		if _, err := s.store.TransitionSandbox(ctx, store.AnyTenant, id, []store.SandboxState{t.via}, store.SandboxFailed,
+		if _, err := s.store.TransitionSandbox(ctx, store.AnyTenant, id, t.Running(), store.SandboxFailed,
 			func(sb *store.Sandbox) error {
 				sb.LastError = operation.PublicError(cause)
 				return nil
@@ -194,7 +175,7 @@ func (s *Server) settle(ctx context.Context, id string, t transition, cause erro
 		}
 		return
 	}
-	s.settleTo(ctx, id, t.via)
+	s.settleTo(ctx, id, t.During)
 }
 
 // settleTo moves a sandbox from state via to what the worker reports of it.
@@ -207,7 +188,7 @@ func (s *Server) settleTo(ctx context.Context, id string, via store.SandboxState
 		s.failSandbox(ctx, id, errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly"), via)
 		return
 	}
-	if _, err := s.store.TransitionSandbox(ctx, store.AnyTenant, id, []store.SandboxState{via}, to, nil); err != nil {
+	if _, err := s.store.TransitionSandbox(ctx, store.AnyTenant, id, sandbox.Only(via), to, nil); err != nil {
 		log.Error("settle sandbox state", "to", to, "err", err)
 		return
 	}

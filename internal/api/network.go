@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -63,71 +64,61 @@ func fieldsOf(err error) error {
 	return invalid(f)
 }
 
-// networkStates are the states in which a sandbox's policy can be replaced:
-// its egress path exists from creation until deletion.
-var networkStates = []store.SandboxState{store.SandboxRunning, store.SandboxPaused, store.SandboxSuspended}
+// networkRule are the states in which a sandbox's policy can be replaced.
+var networkRule = sandbox.RuleOf(sandbox.Network)
 
 // putNetwork replaces a sandbox's policy; the worker applies it at once.
-func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) {
+func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) error {
 	var raw json.RawMessage
 	if err := decodeJSON(r, &raw, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	f := map[string]string{}
 	policy := policyFields(raw, f)
 	if len(f) > 0 {
-		s.writeError(w, r, invalid(f))
-		return
+		return invalid(f)
 	}
 	if policy == nil {
 		policy = json.RawMessage(`{"egress":{"default":"deny"}}`)
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	if err := requireState(sb, networkStates...); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := networkRule.Check(sb); err != nil {
+		return err
 	}
 	ctx := r.Context()
 	if err := s.worker.SetNetworkPolicy(ctx, sb.ID, policy); err != nil {
-		s.writeError(w, r, fieldsOf(err))
-		return
+		return fieldsOf(err)
 	}
-	sb, err = s.store.TransitionSandbox(ctx, sb.TenantID, sb.ID, networkStates, "", func(sb *store.Sandbox) error {
+	sb, err = s.store.TransitionSandbox(ctx, sb.TenantID, sb.ID, networkRule.From, "", func(sb *store.Sandbox) error {
 		sb.Network = policy
 		return nil
 	})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("sandbox network policy replaced", "sandbox", sb.ID)
 	writeJSON(w, http.StatusOK, toSandbox(sb))
+	return nil
 }
 
 // networkLog returns the sandbox's egress audit records (incubating).
-func (s *Server) networkLog(w http.ResponseWriter, r *http.Request) {
+func (s *Server) networkLog(w http.ResponseWriter, r *http.Request) error {
 	if err := s.requireFeature(featureNetworkLog); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	if err := requireState(sb, networkStates...); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := networkRule.Check(sb); err != nil {
+		return err
 	}
 	recs, err := s.worker.NetworkLog(r.Context(), sb.ID)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := apiv1.NetworkLog{Records: make([]apiv1.NetworkRecord, 0, len(recs))}
 	for _, rec := range recs {
@@ -137,4 +128,5 @@ func (s *Server) networkLog(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }

@@ -253,6 +253,7 @@ func operationID(pattern string) string {
 	return strings.ToLower(method) + strings.TrimRight(r.Replace(p), "_")
 }
 
-func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, s.openAPI())
+	return nil
 }

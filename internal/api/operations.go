@@ -29,57 +29,53 @@ func (s *Server) parseWait(v string) (time.Duration, error) {
 	return min(d, s.cfg.MaxWait), nil
 }
 
-func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	wait, err := s.parseWait(r.URL.Query().Get("wait"))
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if !validID(id, store.PrefixOperation) {
-		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "operation %q not found", id))
-		return
+		return errdefs.New(errdefs.ErrNotFound, "operation %q not found", id)
 	}
 	op, err := s.ops.Wait(r.Context(), principal(r.Context()).TenantID, id, wait)
 	if err != nil {
-		s.writeError(w, r, notFoundAs(err, "operation", id))
-		return
+		return notFoundAs(err, "operation", id)
 	}
 	writeJSON(w, http.StatusOK, toOperation(op))
+	return nil
 }
 
-func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
 	pr, err := pageRequest(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	page, err := s.store.ListOperations(r.Context(), store.OperationFilter{
 		TenantID: principal(r.Context()).TenantID, Target: r.URL.Query().Get("target"), PageRequest: pr,
 	})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := apiv1.OperationList{Operations: []apiv1.Operation{}, NextPageToken: page.NextPageToken}
 	for _, op := range page.Items {
 		out.Operations = append(out.Operations, toOperation(op))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) cancelOperation(w http.ResponseWriter, r *http.Request) {
+func (s *Server) cancelOperation(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if !validID(id, store.PrefixOperation) {
-		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "operation %q not found", id))
-		return
+		return errdefs.New(errdefs.ErrNotFound, "operation %q not found", id)
 	}
 	op, err := s.ops.Cancel(r.Context(), principal(r.Context()).TenantID, id)
 	if err != nil {
-		s.writeError(w, r, notFoundAs(err, "operation", id))
-		return
+		return notFoundAs(err, "operation", id)
 	}
 	writeJSON(w, http.StatusOK, toOperation(op))
+	return nil
 }
 
 // notFoundAs gives a store's not-found a public message naming the object.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -27,7 +28,7 @@ func (s *Server) Reconcile(ctx context.Context) error {
 	}
 	live := map[string]bool{}
 	err = s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant,
-		ExcludeStates: []store.SandboxState{store.SandboxDeleted, store.SandboxFailed}}, func(sb *store.Sandbox) {
+		ExcludeStates: sandbox.WithoutVM()}, func(sb *store.Sandbox) {
 		log := s.logger.With("sandbox", sb.ID, "state", sb.State)
 		vm, ok := onWorker[sb.ID]
 		switch {
@@ -198,7 +199,7 @@ func (s *Server) expire(ctx context.Context, now time.Time) time.Time {
 			next = t
 		}
 	}
-	err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: deletable}, func(sb *store.Sandbox) {
+	err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: sandbox.RuleOf(sandbox.Delete).From}, func(sb *store.Sandbox) {
 		if sb.ExpiresAt == nil || sb.ExpiresAt.After(now) {
 			if sb.ExpiresAt != nil {
 				ahead(*sb.ExpiresAt)

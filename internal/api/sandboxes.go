@@ -11,6 +11,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 )
@@ -140,25 +141,21 @@ func (s *Server) applyTemplateDefaults(sb *store.Sandbox, d template.Defaults) {
 	}
 }
 
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateSandboxRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if req.FromCheckpoint != "" {
-		s.createBranch(w, r, &req)
-		return
+		return s.createBranch(w, r, &req)
 	}
 	if err := s.validateCreate(&req); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	tpl, err := s.resolveTemplate(ctx, req.Template)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	now := time.Now().UTC()
 	sb := &store.Sandbox{
@@ -180,18 +177,17 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpCreate, Target: sb.ID},
 		func(ctx context.Context, tx store.Store) error { return tx.CreateSandbox(ctx, sb) })
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("sandbox create submitted", "sandbox", sb.ID, "op", op.ID, "template", req.Template)
 	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: toSandbox(sb), Operation: toOperation(op)})
+	return nil
 }
 
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	pr, err := pageRequest(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	f := store.SandboxFilter{TenantID: principal(r.Context()).TenantID, PageRequest: pr}
 	bad := map[string]string{}
@@ -200,7 +196,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		case key == "state":
 			for _, v := range vals {
 				for _, st := range strings.Split(v, ",") {
-					if !knownSandboxState(st) {
+					if !sandbox.Known(st) {
 						bad["state"] = "unknown state " + fmt.Sprintf("%q", st)
 						continue
 					}
@@ -218,32 +214,22 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(bad) > 0 {
-		s.writeError(w, r, invalid(bad))
-		return
+		return invalid(bad)
 	}
 	if len(f.States) == 0 {
 		// Deleted sandboxes are listed only when asked for by state.
-		f.ExcludeStates = []store.SandboxState{store.SandboxDeleted}
+		f.ExcludeStates = sandbox.Gone()
 	}
 	page, err := s.store.ListSandboxes(r.Context(), f)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := apiv1.SandboxList{Sandboxes: []apiv1.Sandbox{}, NextPageToken: page.NextPageToken}
 	for _, sb := range page.Items {
 		out.Sandboxes = append(out.Sandboxes, toSandbox(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func knownSandboxState(st string) bool {
-	for _, k := range allSandboxStates {
-		if string(k) == st {
-			return true
-		}
-	}
-	return false
+	return nil
 }
 
 // sandbox loads the caller's sandbox named in the path.
@@ -259,31 +245,26 @@ func (s *Server) sandbox(r *http.Request) (*store.Sandbox, error) {
 	return sb, nil
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, s.withUsage(r.Context(), sb))
+	return nil
 }
 
-// deletable are the states DELETE accepts. A sandbox still being created or
-// in another transition gets 409 and can be deleted once that ends.
-var deletable = []store.SandboxState{store.SandboxRunning, store.SandboxPaused, store.SandboxSuspended, store.SandboxFailed}
-
-func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	op, err := s.submitDelete(r.Context(), sb.TenantID, sb.ID)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
+	return nil
 }
 
 // submitDelete marks the sandbox deleting and submits its delete operation in
@@ -291,49 +272,35 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 func (s *Server) submitDelete(ctx context.Context, tenantID, id string) (*store.Operation, error) {
 	return s.ops.Submit(ctx, &store.Operation{TenantID: tenantID, Type: store.OpDelete, Target: id},
 		func(ctx context.Context, tx store.Store) error {
-			_, err := tx.TransitionSandbox(ctx, tenantID, id, deletable, store.SandboxDeleting, nil)
+			_, err := tx.TransitionSandbox(ctx, tenantID, id, deleteRule.From, deleteRule.During, nil)
 			return err
 		})
 }
 
-// requireState is the 409 (with the current state in details) of a call
-// that needs the sandbox in one of states.
-func requireState(sb *store.Sandbox, states ...store.SandboxState) error {
-	for _, st := range states {
-		if sb.State == st {
-			return nil
-		}
-	}
-	return errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", sb.ID, sb.State).
-		WithDetails(map[string]any{"state": string(sb.State)})
-}
+// deleteRule are the states DELETE accepts.
+var deleteRule = sandbox.RuleOf(sandbox.Delete)
 
-func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) {
+func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.KeepRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if req.TimeoutSeconds <= 0 || req.TimeoutSeconds > maxTimeoutSeconds {
-		s.writeError(w, r, invalid(map[string]string{"timeout_seconds": fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds)}))
-		return
+		return invalid(map[string]string{"timeout_seconds": fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds)})
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
-	live := []store.SandboxState{store.SandboxCreating, store.SandboxRunning, store.SandboxPausing,
-		store.SandboxPaused, store.SandboxSuspending, store.SandboxSuspended, store.SandboxWaking}
-	sb, err = s.store.TransitionSandbox(r.Context(), sb.TenantID, sb.ID, live, "", func(sb *store.Sandbox) error {
+	sb, err = s.store.TransitionSandbox(r.Context(), sb.TenantID, sb.ID, sandbox.RuleOf(sandbox.Keep).From, "", func(sb *store.Sandbox) error {
 		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSeconds) * time.Second)
 		sb.ExpiresAt = &exp
 		sb.TimeoutSeconds = req.TimeoutSeconds
 		return nil
 	})
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, toSandbox(sb))
+	return nil
 }

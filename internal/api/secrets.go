@@ -23,69 +23,63 @@ func toSecret(i secrets.Info) apiv1.Secret {
 
 // putSecret stores a secret's value (201 when new, 200 when replaced). The
 // answer and every error name the secret, never its value.
-func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
+func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) error {
 	svc, err := s.secretsService()
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var req apiv1.PutSecretRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	name := r.PathValue("name")
 	if !secrets.ValidName(name) {
-		s.writeError(w, r, invalid(map[string]string{"name": "1-128 characters of letters, digits and _ . - (not starting with . or -)"}))
-		return
+		return invalid(map[string]string{"name": "1-128 characters of letters, digits and _ . - (not starting with . or -)"})
 	}
 	info, created, err := svc.Put(r.Context(), principal(r.Context()).TenantID, name, req.Value)
 	req.Value = ""
 	if err != nil {
-		s.writeError(w, r, fieldsOf(err))
-		return
+		return fieldsOf(err)
 	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, toSecret(info))
+	return nil
 }
 
-func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
 	svc, err := s.secretsService()
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	infos, err := svc.List(r.Context(), principal(r.Context()).TenantID)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Name < infos[j].Name })
 	page, next, err := pageInMemory(r, infos, func(i secrets.Info) string { return i.Name })
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := apiv1.SecretList{Secrets: []apiv1.Secret{}, NextPageToken: next}
 	for _, i := range page {
 		out.Secrets = append(out.Secrets, toSecret(i))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) error {
 	svc, err := s.secretsService()
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	name := r.PathValue("name")
 	if err := svc.Delete(r.Context(), principal(r.Context()).TenantID, name); err != nil {
-		s.writeError(w, r, notFoundAs(err, "secret", name))
-		return
+		return notFoundAs(err, "secret", name)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

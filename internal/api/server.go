@@ -16,13 +16,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/keylock"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
@@ -141,13 +142,12 @@ type Server struct {
 	// life tracks activity for idle expiry.
 	life *lifecycleState
 
-	// cmdLocks serialises the start of a command (first attach) and the
-	// recording of its exit.
-	cmdMu    sync.Mutex
-	cmdLocks map[string]*sync.Mutex
-	// idemMu serialises requests that carry the same idempotency key.
-	idemMu    sync.Mutex
-	idemLocks map[string]*keyLock
+	// cmdLocks serialises the start of a command (first attach).
+	cmdLocks keylock.Map
+	// idemLocks serialises requests of one tenant with one idempotency key
+	// in this process, so a concurrent repeat waits for the first answer
+	// instead of racing it.
+	idemLocks keylock.Map
 }
 
 // New builds the API server and registers the "create" and "delete"
@@ -173,8 +173,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg: cfg, features: features,
 		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker, secrets: deps.Secrets,
 		logger: deps.Logger, metrics: deps.Metrics,
-		cmdLocks:  map[string]*sync.Mutex{},
-		idemLocks: map[string]*keyLock{},
 		templates: deps.Templates,
 	}
 	if s.templates.LogDir == "" {
@@ -203,11 +201,11 @@ type route struct {
 	pattern string // "METHOD /path"
 	auth    authLevel
 	limit   int64 // request body limit; 0 means MaxJSONBytes
-	h       http.HandlerFunc
+	h       handlerFunc
 }
 
 func (s *Server) wrapRoute(rt route) http.Handler {
-	h := rt.h
+	h := s.handle(rt.h)
 	if rt.pattern[:5] == "POST " && rt.auth != authNone {
 		h = s.idempotent(h)
 	}
@@ -283,31 +281,34 @@ func (s *Server) routeTable() []route {
 	}
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
 }
 
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.worker.Ready(ctx); err != nil {
 		s.log(r).Warn("not ready", "err", err)
 		// What is missing is host detail; the admin reads it in the log.
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
-		return
+		return nil
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
 }
 
-func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	s.refreshSandboxGauge(r.Context())
 	promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	return nil
 }
 
 // refreshSandboxGauge counts sandboxes by state (all tenants) for a scrape.
 func (s *Server) refreshSandboxGauge(ctx context.Context) {
 	counts := map[store.SandboxState]int{}
-	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: []store.SandboxState{store.SandboxDeleted}}
+	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.Gone()}
 	f.PageSize = store.MaxPageSize
 	for {
 		page, err := s.store.ListSandboxes(ctx, f)
@@ -323,16 +324,10 @@ func (s *Server) refreshSandboxGauge(ctx context.Context) {
 		}
 		f.PageToken = page.NextPageToken
 	}
-	for _, st := range allSandboxStates {
+	for _, st := range sandbox.States() {
 		if st == store.SandboxDeleted {
 			continue
 		}
 		s.metrics.Sandboxes.WithLabelValues(string(st)).Set(float64(counts[st]))
 	}
-}
-
-var allSandboxStates = []store.SandboxState{
-	store.SandboxCreating, store.SandboxRunning, store.SandboxPausing, store.SandboxPaused,
-	store.SandboxSuspending, store.SandboxSuspended, store.SandboxWaking, store.SandboxDeleting,
-	store.SandboxDeleted, store.SandboxFailed,
 }

@@ -179,37 +179,31 @@ func buildRequest(req *apiv1.CreateTemplateRequest) template.BuildRequest {
 	return out
 }
 
-func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateTemplateRequest
 	if err := decodeJSON(r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	p := principal(ctx)
 	if err := s.validateBuild(p, &req); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if s.templates.Builder == nil {
-		s.writeError(w, r, errdefs.New(errdefs.ErrUnavailable, "this server does not build templates"))
-		return
+		return errdefs.New(errdefs.ErrUnavailable, "this server does not build templates")
 	}
 	all, err := s.store.ListTemplates(ctx)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	for _, t := range all {
 		if t.Name == req.Name && t.TenantID != owner(p) {
-			s.writeError(w, r, errdefs.New(errdefs.ErrConflict, "the template name %q is taken", req.Name))
-			return
+			return errdefs.New(errdefs.ErrConflict, "the template name %q is taken", req.Name)
 		}
 	}
 	params, err := json.Marshal(buildParams{Request: buildRequest(&req), Admin: p.Admin})
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("encode build: %w", errdefs.ErrInternal))
-		return
+		return fmt.Errorf("encode build: %w", errdefs.ErrInternal)
 	}
 	now := time.Now().UTC()
 	t := &store.Template{ID: store.NewID(store.PrefixTemplate), Name: req.Name, TenantID: owner(p),
@@ -219,18 +213,17 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 	// The log exists before the operation can run, so a reader attaching
 	// right after this answer follows it from the first line.
 	if _, err := s.buildLogs.open(op.ID); err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	opID := op.ID
 	op, err = s.ops.Submit(ctx, op, func(ctx context.Context, tx store.Store) error { return tx.UpsertTemplate(ctx, t) })
 	if err != nil {
 		s.buildLogs.discard(opID)
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	s.log(r).Info("template build submitted", "template", req.Name, "op", op.ID, "source", req.Source.Type)
 	writeJSON(w, http.StatusAccepted, apiv1.TemplateAndOperation{Template: toTemplate(t), Operation: toOperation(op)})
+	return nil
 }
 
 // runTemplateBuild is the template_build operation: build the image, make

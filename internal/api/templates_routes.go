@@ -10,17 +10,17 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 )
 
-func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	p := principal(ctx)
 	ts, err := s.store.ListTemplates(ctx)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var seen []*store.Template
 	for _, t := range ts {
@@ -32,14 +32,14 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	sort.SliceStable(seen, func(i, j int) bool { return templateKey(seen[i]) < templateKey(seen[j]) })
 	page, next, err := pageInMemory(r, seen, templateKey)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	out := apiv1.TemplateList{Templates: []apiv1.Template{}, NextPageToken: next}
 	for _, t := range page {
 		out.Templates = append(out.Templates, toTemplate(t))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // templateKey orders template builds: by name, then by creation, then id.
@@ -59,17 +59,15 @@ func templateRef(r *http.Request) (name, digest string, err error) {
 
 // getTemplate answers the newest ready build of a name (or, while none is
 // ready, its newest build in any state), or exactly the pinned build.
-func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	name, digest, err := templateRef(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	ctx := r.Context()
 	builds, err := s.templateBuilds(ctx, principal(ctx), name)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var pick *store.Template
 	for _, t := range builds { // oldest first: the last match is the newest
@@ -86,10 +84,10 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		pick = builds[len(builds)-1]
 	}
 	if pick == nil {
-		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "template %q not found", r.PathValue("name")))
-		return
+		return errdefs.New(errdefs.ErrNotFound, "template %q not found", r.PathValue("name"))
 	}
 	writeJSON(w, http.StatusOK, toTemplate(pick))
+	return nil
 }
 
 // templateUse counts what uses a template (all its builds, or one).
@@ -102,7 +100,7 @@ type templateUse struct {
 func (s *Server) templateUsers(ctx context.Context, p auth.Principal, name, digest string) (templateUse, error) {
 	var u templateUse
 	uses := func(tpl, dig string) bool { return tpl == name && (digest == "" || dig == digest) }
-	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: []store.SandboxState{store.SandboxDeleted, store.SandboxFailed}}
+	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.WithoutVM()}
 	f.PageSize = store.MaxPageSize
 	for {
 		page, err := s.store.ListSandboxes(ctx, f)
@@ -144,11 +142,10 @@ func (s *Server) templateUsers(ctx context.Context, p auth.Principal, name, dige
 // deleteTemplate removes every build of a name, or one pinned build: 409
 // while a live sandbox or a checkpoint uses it, unless force=true (which a
 // tenant may use only over its own sandboxes and checkpoints).
-func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	name, digest, err := templateRef(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	force := r.URL.Query().Get("force") == "true"
 	ctx := r.Context()
@@ -156,8 +153,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("name")
 	builds, err := s.templateBuilds(ctx, p, name)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	var doomed []*store.Template
 	for _, t := range builds {
@@ -166,83 +162,72 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(doomed) == 0 {
-		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "template %q not found", ref))
-		return
+		return errdefs.New(errdefs.ErrNotFound, "template %q not found", ref)
 	}
 	if name == template.BaseName {
-		s.writeError(w, r, errdefs.New(errdefs.ErrPermissionDenied, "the built-in template %q cannot be deleted", name))
-		return
+		return errdefs.New(errdefs.ErrPermissionDenied, "the built-in template %q cannot be deleted", name)
 	}
 	for _, t := range doomed {
 		if t.TenantID != owner(p) && !p.Admin {
-			s.writeError(w, r, errdefs.New(errdefs.ErrPermissionDenied, "template %q is global: only an admin may delete it", name))
-			return
+			return errdefs.New(errdefs.ErrPermissionDenied, "template %q is global: only an admin may delete it", name)
 		}
 		if t.State == store.TemplateBuilding {
-			s.writeError(w, r, errdefs.New(errdefs.ErrConflict, "a build of template %q is running: cancel its operation first", name).
-				WithDetails(map[string]any{"state": string(t.State)}))
-			return
+			return errdefs.New(errdefs.ErrConflict, "a build of template %q is running: cancel its operation first", name).
+				WithDetails(map[string]any{"state": string(t.State)})
 		}
 	}
 	use, err := s.templateUsers(ctx, p, name, digest)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	if use.Sandboxes+use.Checkpoints > 0 && (!force || (use.others && !p.Admin)) {
 		msg := "template %q is in use by %d live sandboxes and %d checkpoints: delete them first, or pass force=true"
 		if force {
 			msg = "template %q is in use by %d live sandboxes and %d checkpoints, some of another tenant: force cannot delete it"
 		}
-		s.writeError(w, r, errdefs.New(errdefs.ErrConflict, msg, ref, use.Sandboxes, use.Checkpoints).
-			WithDetails(map[string]any{"sandboxes": use.Sandboxes, "checkpoints": use.Checkpoints}))
-		return
+		return errdefs.New(errdefs.ErrConflict, msg, ref, use.Sandboxes, use.Checkpoints).
+			WithDetails(map[string]any{"sandboxes": use.Sandboxes, "checkpoints": use.Checkpoints})
 	}
 	// Files first: a failure leaves the rows, so the delete can be retried.
 	if s.templates.Builder != nil {
 		if err := s.templates.Builder.Delete(ctx, ref); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 	}
 	s.forgetTemplate(ctx, ref)
 	for _, t := range doomed {
 		if err := s.store.DeleteTemplate(ctx, t.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
-			s.writeError(w, r, err)
-			return
+			return err
 		}
 		s.removeBuildLogs(ctx, t.ID)
 	}
 	s.log(r).Info("template deleted", "template", ref, "builds", len(doomed), "force", force,
 		"sandboxes", use.Sandboxes, "checkpoints", use.Checkpoints)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // templateBuildLog streams a build's log (see streamBuildLog).
-func (s *Server) templateBuildLog(w http.ResponseWriter, r *http.Request) {
+func (s *Server) templateBuildLog(w http.ResponseWriter, r *http.Request) error {
 	after, err := afterParam(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return err
 	}
 	name := r.PathValue("name")
 	id := r.PathValue("operation")
 	notFound := errdefs.New(errdefs.ErrNotFound, "build %q of template %q not found", id, name)
 	if !validID(id, store.PrefixOperation) {
-		s.writeError(w, r, notFound)
-		return
+		return notFound
 	}
 	op, err := s.store.GetOperation(r.Context(), principal(r.Context()).TenantID, id)
 	if err != nil {
-		s.writeError(w, r, notFoundAs(err, "operation", id))
-		return
+		return notFoundAs(err, "operation", id)
 	}
 	var params buildParams
 	if op.Type != store.OpTemplateBuild || json.Unmarshal(op.Params, &params) != nil || params.Request.Name != name {
-		s.writeError(w, r, notFound)
-		return
+		return notFound
 	}
-	s.streamBuildLog(w, r, op, after)
+	return s.streamBuildLog(w, r, op, after)
 }
 
 // forgetTemplate has the worker drop its ready snapshots of ref, whose files

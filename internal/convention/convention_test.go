@@ -87,6 +87,10 @@ func TestImports(t *testing.T) {
 		{who: []string{"internal/worker"}, mayNot: []string{"internal/api", "internal/store", "internal/operation", "internal/server"}},
 		// A VMM driver knows nothing of workers or anything above them.
 		{who: []string{"internal/vmm"}, mayNot: []string{"internal/worker", "internal/api", "internal/store", "internal/operation", "internal/server"}},
+		// The control-plane domain knows nothing of HTTP's edge or the wiring.
+		{who: []string{"internal/sandbox"}, mayNot: []string{"internal/api", "internal/server"}},
+		// A keyed lock is a leaf.
+		{who: []string{"internal/keylock"}, onlyOf: []string{}},
 		// Nothing but mains and the server wiring imports the server package.
 		{who: []string{"internal"}, except: "internal/server", mayNot: []string{"internal/server"}},
 	}
