@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -61,7 +62,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 		exp := now.Add(time.Duration(v.TimeoutSeconds) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	raw, _ := json.Marshal(checkpointParams{Checkpoint: ck.ID})
+	raw, _ := json.Marshal(sandbox.CheckpointParams{Checkpoint: ck.ID})
 	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpBranch, Target: sb.ID, Params: raw},
 		func(ctx context.Context, tx store.Store) error { return tx.CreateSandbox(ctx, sb) })
 	if err != nil {
@@ -70,13 +71,6 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 	s.log(r).Info("sandbox branch submitted", "sandbox", sb.ID, "op", op.ID, "checkpoint", ck.ID)
 	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: toSandbox(sb), Operation: toOperation(op)})
 	return nil
-}
-
-// branchSource is the checkpoint a branch operation starts from.
-func branchSource(op *store.Operation) string {
-	var p checkpointParams
-	_ = json.Unmarshal(op.Params, &p) // written by createBranch
-	return p.Checkpoint
 }
 
 // withUsage is the sandbox with what it occupies on its worker, when the

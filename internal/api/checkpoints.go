@@ -3,28 +3,17 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
-	"github.com/space-sandbox/space/internal/operation"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
-	"github.com/space-sandbox/space/internal/worker"
 )
-
-// checkpointParams is the Params of restore and branch operations.
-type checkpointParams struct {
-	Checkpoint string `json:"checkpoint"`
-}
 
 // checkpointRule are the states a checkpoint can be taken in.
 var checkpointRule = sandbox.RuleOf(sandbox.Checkpoint)
-
-// maxAncestry bounds the walk up a sandbox's branch lineage.
-const maxAncestry = 32
 
 func toCheckpoint(c *store.Checkpoint) apiv1.Checkpoint {
 	return apiv1.Checkpoint{ID: c.ID, Sandbox: c.SandboxID, Name: c.Name, Parent: c.Parent, State: string(c.State),
@@ -57,56 +46,6 @@ func (s *Server) readyCheckpoint(ctx context.Context, id string) (*store.Checkpo
 	return ck, nil
 }
 
-// origin returns the checkpoint a sandbox was last branched from or
-// restored to ("" for none): the newest succeeded branch or restore
-// operation on it says.
-func (s *Server) origin(ctx context.Context, sandboxID string) (string, error) {
-	f := store.OperationFilter{TenantID: store.AnyTenant, Target: sandboxID}
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListOperations(ctx, f)
-		if err != nil {
-			return "", err
-		}
-		for _, op := range page.Items {
-			if (op.Type == store.OpBranch || op.Type == store.OpRestore) && op.State == store.OpSucceeded {
-				var p checkpointParams
-				if json.Unmarshal(op.Params, &p) == nil {
-					return p.Checkpoint, nil
-				}
-			}
-		}
-		if page.NextPageToken == "" {
-			return "", nil
-		}
-		f.PageToken = page.NextPageToken
-	}
-}
-
-// inLineage reports whether ck was taken of sandboxID or of a sandbox it
-// descends from by branches.
-func (s *Server) inLineage(ctx context.Context, sandboxID string, ck *store.Checkpoint) (bool, error) {
-	id := sandboxID
-	for range maxAncestry {
-		if ck.SandboxID == id {
-			return true, nil
-		}
-		from, err := s.origin(ctx, id)
-		if err != nil || from == "" {
-			return false, err
-		}
-		parent, err := s.store.GetCheckpoint(ctx, store.AnyTenant, from)
-		if errdefs.ClassOf(err) == errdefs.ErrNotFound {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		id = parent.SandboxID
-	}
-	return false, nil
-}
-
 func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateCheckpointRequest
 	if err := decodeJSON(r, &req, true); err != nil {
@@ -123,7 +62,7 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	ctx := r.Context()
-	parent, err := s.origin(ctx, sb.ID)
+	parent, err := s.svc.Origin(ctx, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -131,7 +70,7 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) error 
 		Name: req.Name, Parent: parent, State: store.CheckpointCreating, Template: sb.Template,
 		TemplateDigest: sb.TemplateDigest, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, DiskMiB: sb.DiskMiB,
 		Worker: sb.Worker, CreatedAt: time.Now().UTC()}
-	raw, _ := json.Marshal(checkpointParams{Checkpoint: ck.ID})
+	raw, _ := json.Marshal(sandbox.CheckpointParams{Checkpoint: ck.ID})
 	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpCheckpoint, Target: sb.ID, Params: raw},
 		func(ctx context.Context, tx store.Store) error {
 			cur, err := tx.GetSandbox(ctx, sb.TenantID, sb.ID)
@@ -149,50 +88,6 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) error 
 	s.log(r).Info("checkpoint submitted", "sandbox", sb.ID, "checkpoint", ck.ID, "op", op.ID)
 	writeJSON(w, http.StatusAccepted, apiv1.CheckpointAndOperation{Checkpoint: toCheckpoint(ck), Operation: toOperation(op)})
 	return nil
-}
-
-// runCheckpoint is the "checkpoint" operation: the worker keeps the
-// sandbox's state under the checkpoint's id; the sandbox keeps its state.
-func (s *Server) runCheckpoint(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
-	var p checkpointParams
-	if err := json.Unmarshal(op.Params, &p); err != nil || p.Checkpoint == "" {
-		return nil, fmt.Errorf("checkpoint operation %s without a checkpoint: %w", op.ID, errdefs.ErrInternal)
-	}
-	log := s.logger.With("op", op.ID, "sandbox", op.Target, "checkpoint", p.Checkpoint)
-	fail := func(err error) (any, error) {
-		if _, uerr := s.store.UpdateCheckpoint(context.WithoutCancel(ctx), p.Checkpoint, []store.CheckpointState{store.CheckpointCreating},
-			func(c *store.Checkpoint) error { c.State = store.CheckpointFailed; return nil }); uerr != nil {
-			log.Error("mark checkpoint failed", "err", uerr)
-		}
-		return nil, err
-	}
-	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
-	if err != nil {
-		return fail(err)
-	}
-	if err := checkpointRule.Check(sb); err != nil {
-		return fail(err)
-	}
-	report(ctx, checkpointRule.Step, 30)
-	st, err := s.worker.Checkpoint(ctx, sb.ID, p.Checkpoint)
-	if err != nil {
-		log.Warn("checkpoint failed", "err", causeString(err))
-		return fail(err)
-	}
-	ck, err := s.store.UpdateCheckpoint(context.WithoutCancel(ctx), p.Checkpoint, []store.CheckpointState{store.CheckpointCreating},
-		func(c *store.Checkpoint) error {
-			c.State, c.SizeBytes = store.CheckpointReady, st.SizeBytes
-			return nil
-		})
-	if err != nil {
-		// The record went away (deleted while being made): drop the files.
-		if derr := s.worker.DeleteCheckpoint(context.WithoutCancel(ctx), p.Checkpoint); derr != nil {
-			log.Error("drop checkpoint files", "err", derr)
-		}
-		return nil, err
-	}
-	log.Info("checkpoint ready", "paused", st.Paused, "size_bytes", st.SizeBytes)
-	return toCheckpoint(ck), nil
 }
 
 func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) error {
@@ -266,7 +161,7 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ok, err := s.inLineage(ctx, sb.ID, ck)
+	ok, err := s.svc.InLineage(ctx, sb.ID, ck)
 	if err != nil {
 		return err
 	}
@@ -282,32 +177,11 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 		}
 		return tx.CheckQuota(ctx, cur.TenantID, extra)
 	}
-	op, err := s.submitOnChecked(ctx, sb, store.OpRestore, restoreRule.From, checkpointParams{Checkpoint: ck.ID}, growth)
+	op, err := s.svc.SubmitOnChecked(ctx, sb, store.OpRestore, restoreRule.From, sandbox.CheckpointParams{Checkpoint: ck.ID}, growth)
 	if err != nil {
 		return err
 	}
 	s.log(r).Info("sandbox restore submitted", "sandbox", sb.ID, "op", op.ID, "checkpoint", ck.ID)
 	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
 	return nil
-}
-
-// restoreOnWorker is the worker's part of a restore; then the commands
-// follow the restored guest (syncCommands): those it does not know end
-// "lost", those it knows run or have ended as its agent says, and processes
-// it inherited from the checkpoint's sandbox become commands of this one.
-func (s *Server) restoreOnWorker(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
-	var p checkpointParams
-	if err := json.Unmarshal(op.Params, &p); err != nil || p.Checkpoint == "" {
-		return worker.SandboxStatus{}, fmt.Errorf("restore operation %s without a checkpoint: %w", op.ID, errdefs.ErrInternal)
-	}
-	ck, err := s.store.GetCheckpoint(ctx, store.AnyTenant, p.Checkpoint)
-	if err != nil {
-		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrNotFound, "checkpoint %s no longer exists", p.Checkpoint).WithCause(err)
-	}
-	st, err := s.worker.RestoreCheckpoint(ctx, op.Target, p.Checkpoint)
-	if err != nil {
-		return st, err
-	}
-	s.syncCommands(ctx, op.Target, ck.SandboxID)
-	return st, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -60,9 +61,9 @@ func TestCommandDeadlineWithoutGuest(t *testing.T) {
 	e := newEnv(t, Config{})
 	sb := e.running(e.alice, nil)
 	e.worker.WrapGuest = func(id string, g worker.Guest) worker.Guest { return wedgedAgent{Guest: g} }
-	// The server decides within timeout + deadlineGrace + probeTimeout;
+	// The server decides within timeout + sandbox.DeadlineGrace + sandbox.ProbeTimeout;
 	// the bound is generous, the test only needs it to be finite.
-	bound := 1*time.Second + deadlineGrace + probeTimeout + 20*time.Second
+	bound := 1*time.Second + sandbox.DeadlineGrace + sandbox.ProbeTimeout + 20*time.Second
 	ctx, cancel := context.WithTimeout(t.Context(), 2*bound)
 	defer cancel()
 
@@ -119,7 +120,7 @@ func TestCommandDeadlineWithoutGuest(t *testing.T) {
 	}
 
 	// Reads answer within their budget although the guest does not.
-	rctx, rcancel := context.WithTimeout(ctx, refreshBudget+probeTimeout+10*time.Second)
+	rctx, rcancel := context.WithTimeout(ctx, sandbox.RefreshBudget+sandbox.ProbeTimeout+10*time.Second)
 	defer rcancel()
 	list, err := e.alice.ListCommands(rctx, sb.ID, client.Page{})
 	if err != nil {

@@ -27,7 +27,7 @@ func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessS
 
 // newCommand stores a command session in state created.
 func (s *Server) newCommand(ctx context.Context, sb *store.Sandbox, req *apiv1.CreateCommandRequest) (*store.Command, error) {
-	s.touch(ctx, sb.ID) // exec and command creation are activity, also when refused
+	s.svc.Touch(ctx, sb.ID) // exec and command creation are activity, also when refused
 	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
 		return nil, err
 	}
@@ -82,86 +82,14 @@ func (s *Server) command(r *http.Request) (*store.Sandbox, *store.Command, error
 	return sb, c, nil
 }
 
-// ensureStarted starts a created command in the guest, once.
-func (s *Server) ensureStarted(ctx context.Context, sb *store.Sandbox, c *store.Command) (*store.Command, worker.Guest, error) {
-	ag, err := s.agent(ctx, sb.ID)
-	if err != nil {
-		return nil, nil, err
-	}
-	ag = bounded(ag) // command_deadline.go
-	if c.State != store.CommandCreated {
-		return c, ag, nil
-	}
-	defer s.cmdLocks.Lock(c.ID)()
-	c, err = s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID)
-	if err != nil || c.State != store.CommandCreated {
-		return c, ag, err
-	}
-	var spec agentproto.ProcessSpec
-	if err := json.Unmarshal(c.Spec, &spec); err != nil {
-		return nil, nil, fmt.Errorf("decode command spec: %w", errdefs.ErrInternal)
-	}
-	spec.ID = c.ProcessID
-	info, err := ag.Start(ctx, spec)
-	if errdefs.ClassOf(err) == errdefs.ErrConflict {
-		// Started already (by another control-plane process); adopt it.
-		info, err = ag.Get(ctx, c.ProcessID)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	started := info.StartedAt.UTC()
-	if started.IsZero() {
-		started = time.Now().UTC()
-	}
-	c, err = s.store.UpdateCommand(context.WithoutCancel(ctx), c.ID, []store.CommandState{store.CommandCreated}, func(c *store.Command) error {
-		c.State, c.PID, c.StartedAt = store.CommandRunning, info.PID, &started
-		return nil
-	})
-	return c, ag, err
-}
-
-// recordExit stores how a command ended (first writer wins).
-func (s *Server) recordExit(ctx context.Context, id string, ex *agentproto.ExitStatus, seq uint64) {
-	raw, _ := json.Marshal(commandExit{ExitStatus: toExitStatus(ex), Seq: seq})
-	_, err := s.store.UpdateCommand(context.WithoutCancel(ctx), id,
-		[]store.CommandState{store.CommandCreated, store.CommandRunning}, func(c *store.Command) error {
-			c.State, c.Exit = store.CommandExited, raw
-			return nil
-		})
-	if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
-		s.logger.Warn("record command exit", "command", id, "err", err)
-	}
-}
-
-// refresh asks the agent about a running command and records its exit.
-func (s *Server) refresh(ctx context.Context, sb *store.Sandbox, c *store.Command) *store.Command {
-	if c.State != store.CommandRunning || sb.State != store.SandboxRunning {
-		return c
-	}
-	ag, err := s.agent(ctx, sb.ID)
-	if err != nil {
-		return c
-	}
-	info, err := ag.Get(ctx, c.ProcessID)
-	if err != nil || info.Exit == nil {
-		return s.endIfOverdue(ctx, sb, c)
-	}
-	s.recordExit(ctx, c.ID, info.Exit, info.LastSeq)
-	if fresh, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID); err == nil {
-		return fresh
-	}
-	return c
-}
-
 func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) error {
 	sb, c, err := s.command(r)
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(r.Context(), refreshBudget) // a wedged guest must not hang a read
+	rctx, cancel := context.WithTimeout(r.Context(), sandbox.RefreshBudget) // a wedged guest must not hang a read
 	defer cancel()
-	writeJSON(w, http.StatusOK, apiv1.CommandResponse{Command: toCommand(s.refresh(rctx, sb, c))})
+	writeJSON(w, http.StatusOK, apiv1.CommandResponse{Command: toCommand(s.svc.Refresh(rctx, sb, c))})
 	return nil
 }
 
@@ -179,10 +107,10 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := apiv1.CommandList{Commands: []apiv1.Command{}, NextPageToken: page.NextPageToken}
-	rctx, cancel := context.WithTimeout(r.Context(), refreshBudget) // one budget for all the refreshes
+	rctx, cancel := context.WithTimeout(r.Context(), sandbox.RefreshBudget) // one budget for all the refreshes
 	defer cancel()
 	for _, c := range page.Items {
-		out.Commands = append(out.Commands, toCommand(s.refresh(rctx, sb, c)))
+		out.Commands = append(out.Commands, toCommand(s.svc.Refresh(rctx, sb, c)))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -198,16 +126,16 @@ func (s *Server) runningCommand(r *http.Request, start bool) (*store.Command, wo
 	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
 		return nil, nil, err
 	}
-	s.touch(r.Context(), sb.ID)
+	s.svc.Touch(r.Context(), sb.ID)
 	if c.State == store.CommandCreated && start {
-		return s.ensureStarted(r.Context(), sb, c)
+		return s.svc.EnsureStarted(r.Context(), sb, c)
 	}
 	if c.State != store.CommandRunning {
 		return nil, nil, errdefs.New(errdefs.ErrConflict, "command %s is %s", c.ID, c.State).
 			WithDetails(map[string]any{"state": string(c.State)})
 	}
-	ag, err := s.agent(r.Context(), sb.ID)
-	return c, bounded(ag), err
+	ag, err := s.svc.Agent(r.Context(), sb.ID)
+	return c, sandbox.Bounded(ag), err
 }
 
 func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) error {

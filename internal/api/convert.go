@@ -8,6 +8,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -40,13 +41,6 @@ func toSandbox(sb *store.Sandbox) apiv1.Sandbox {
 	return out
 }
 
-// commandExit is what the store keeps in Command.Exit: the exit status plus
-// the sequence number of the exit event, so a replay can number it.
-type commandExit struct {
-	apiv1.ExitStatus
-	Seq uint64 `json:"seq,omitempty"`
-}
-
 func toCommand(c *store.Command) apiv1.Command {
 	var spec agentproto.ProcessSpec
 	_ = json.Unmarshal(c.Spec, &spec) // written by us; a bad record shows an empty spec
@@ -58,32 +52,19 @@ func toCommand(c *store.Command) apiv1.Command {
 	if spec.PTY != nil {
 		out.PTY = &apiv1.PTY{Rows: int(spec.PTY.Rows), Cols: int(spec.PTY.Cols)}
 	}
-	if ex, ok := decodeExit(c); ok {
-		st := ex.ExitStatus
+	if ex, ok := sandbox.DecodeExit(c); ok {
+		st := wireExit(ex)
 		out.Exit = &st
 	}
 	return out
 }
 
-func decodeExit(c *store.Command) (commandExit, bool) {
-	var ex commandExit
-	if len(c.Exit) == 0 || json.Unmarshal(c.Exit, &ex) != nil || ex.Reason == "" {
-		return ex, false
-	}
-	return ex, true
-}
+// toExitStatus is an agent's exit in the API's form.
+func toExitStatus(e *agentproto.ExitStatus) apiv1.ExitStatus { return wireExit(sandbox.ExitOf(e, 0)) }
 
-func toExitStatus(e *agentproto.ExitStatus) apiv1.ExitStatus {
-	out := apiv1.ExitStatus{ExitCode: e.ExitCode, Reason: e.Reason}
-	if e.Signal != "" {
-		sig := e.Signal
-		out.Signal = &sig
-	}
-	if !e.EndedAt.IsZero() {
-		t := e.EndedAt.UTC()
-		out.EndedAt = &t
-	}
-	return out
+// wireExit is a stored exit in the API's form.
+func wireExit(ex sandbox.Exit) apiv1.ExitStatus {
+	return apiv1.ExitStatus{ExitCode: ex.ExitCode, Signal: ex.Signal, Reason: ex.Reason, EndedAt: ex.EndedAt}
 }
 
 func toFileInfo(f agentproto.FileInfo) apiv1.FileInfo {

@@ -1,12 +1,12 @@
 package api
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 )
 
 // statusOf is the one place an errdefs class becomes an HTTP status.
@@ -69,18 +69,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status >= 500 {
 		level = slog.LevelError
 	}
-	log.Log(r.Context(), level, "request failed", "status", status, "code", info.Code, "err", causeString(err))
+	log.Log(r.Context(), level, "request failed", "status", status, "code", info.Code, "err", sandbox.CauseString(err))
 	writeJSON(w, status, apiv1.ErrorBody{Error: info})
-}
-
-// causeString renders err including the internal cause of a Public error,
-// which Error() deliberately hides. For logs only.
-func causeString(err error) string {
-	var pub *errdefs.Public
-	if errors.As(err, &pub) && pub.Cause != nil {
-		return err.Error() + ": " + pub.Cause.Error()
-	}
-	return err.Error()
 }
 
 // invalid builds a 400 with a field -> reason map in details.fields.

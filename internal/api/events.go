@@ -147,7 +147,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 	if c.State == store.CommandExited && sb.State != store.SandboxRunning {
 		// The guest is gone; what the store kept is all there is.
 		ew := newEventWriter(w, r)
-		if ex, ok := decodeExit(c); ok && (ex.Seq == 0 || ex.Seq > after) {
+		if ex, ok := sandbox.DecodeExit(c); ok && (ex.Seq == 0 || ex.Seq > after) {
 			ew.event(exitEvent(ex, after))
 		}
 		return nil
@@ -155,19 +155,19 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
 		return err
 	}
-	c, ag, err := s.ensureStarted(ctx, sb, c)
+	c, ag, err := s.svc.EnsureStarted(ctx, sb, c)
 	if err != nil {
 		return err
 	}
-	defer s.streamAttached(ctx, sb.ID)()
+	defer s.svc.StreamAttached(ctx, sb.ID)()
 	// The reader goroutine owns the stream: cancelling sctx interrupts it,
 	// and it closes the stream itself, so Next and Close never race.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := openEvents(sctx, cancel, ag, c, after)
+	stream, err := sandbox.OpenEvents(sctx, cancel, ag, c, after)
 	if err != nil {
-		if ctx.Err() == nil && overdue(c) {
-			if ex, ended := s.settleOverdue(ctx, sb, c, after); ended {
+		if ctx.Err() == nil && sandbox.Overdue(c) {
+			if ex, ended := s.svc.SettleOverdue(ctx, sb, c, after); ended {
 				newEventWriter(w, r).event(exitEvent(ex, after))
 				return nil
 			}
@@ -192,8 +192,8 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 	}()
 	idle := time.NewTimer(s.cfg.Heartbeat)
 	defer idle.Stop()
-	stop := s.life.stopped(sb.ID)
-	deadline, stopDeadline := deadlineTimer(c) // see command_deadline.go
+	stop := s.svc.Stopped(sb.ID)
+	deadline, stopDeadline := sandbox.DeadlineTimer(c) // see internal/sandbox/deadline.go
 	defer stopDeadline()
 	lastSeq := after
 	for {
@@ -201,11 +201,11 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 		case <-ctx.Done():
 			return nil
 		case <-deadline:
-			if ex, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
+			if ex, ended := s.svc.SettleOverdue(ctx, sb, c, lastSeq); ended {
 				ew.event(exitEvent(ex, lastSeq))
 				return nil
 			}
-			deadline = time.After(deadlineGrace) // the exit is on its way
+			deadline = time.After(sandbox.DeadlineGrace) // the exit is on its way
 		case <-stop:
 			s.endStream(r, ew, sb, c.ID, errdefs.New(errdefs.ErrUnavailable,
 				"the sandbox stopped running (pause, suspend or restore); reattach with after= once it runs"))
@@ -228,8 +228,8 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 			idle.Reset(s.cfg.Heartbeat)
 		case n := <-next:
 			if n.err != nil {
-				if ctx.Err() == nil && overdue(c) {
-					if ex, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
+				if ctx.Err() == nil && sandbox.Overdue(c) {
+					if ex, ended := s.svc.SettleOverdue(ctx, sb, c, lastSeq); ended {
 						ew.event(exitEvent(ex, lastSeq))
 						return nil
 					}
@@ -238,7 +238,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 				return nil
 			}
 			if n.ev.Type == agentproto.EventExit && n.ev.Exit != nil {
-				s.recordExit(ctx, c.ID, n.ev.Exit, n.ev.Seq)
+				s.svc.RecordExit(ctx, c.ID, n.ev.Exit, n.ev.Seq)
 			}
 			if ew.event(toEvent(n.ev)) != nil {
 				return nil
@@ -258,7 +258,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) endStream(r *http.Request, ew *eventWriter, sb *store.Sandbox, cid string, cause error) {
 	ctx := r.Context()
 	if c, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, cid); err == nil {
-		if ex, ok := decodeExit(c); ok {
+		if ex, ok := sandbox.DecodeExit(c); ok {
 			ew.event(exitEvent(ex, 0))
 			return
 		}
@@ -266,7 +266,7 @@ func (s *Server) endStream(r *http.Request, ew *eventWriter, sb *store.Sandbox, 
 	if errors.Is(cause, io.EOF) {
 		cause = errors.New("event stream ended without an exit event")
 	}
-	s.log(r).Warn("command event stream broke", "command", cid, "err", causeString(cause))
+	s.log(r).Warn("command event stream broke", "command", cid, "err", sandbox.CauseString(cause))
 	_, info := errorInfo(cause)
 	if info.Code == "internal" {
 		info.Message = "the event stream was interrupted; reattach with after= the last seq"
@@ -280,11 +280,11 @@ func (s *Server) storedExit(ctx context.Context, sb *store.Sandbox, cid string) 
 	if err != nil {
 		return false
 	}
-	_, ok := decodeExit(c)
+	_, ok := sandbox.DecodeExit(c)
 	return ok
 }
 
-func exitEvent(ex commandExit, after uint64) apiv1.Event {
+func exitEvent(ex sandbox.Exit, after uint64) apiv1.Event {
 	seq := ex.Seq
 	if seq == 0 {
 		seq = after + 1

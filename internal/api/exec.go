@@ -11,6 +11,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -68,13 +69,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		out.Stderr, out.StderrB64 = stderr.text()
 		writeJSON(w, http.StatusOK, out)
 	}
-	stctx, stcancel := withDeadline(ctx, c)
-	started, ag, err := s.ensureStarted(stctx, sb, c)
+	stctx, stcancel := sandbox.WithDeadline(ctx, c)
+	started, ag, err := s.svc.EnsureStarted(stctx, sb, c)
 	stcancel()
 	if err != nil {
-		if ctx.Err() == nil && overdue(c) {
-			if ex, ended := s.settleOverdue(ctx, sb, c, 0); ended {
-				answer(ex.ExitStatus)
+		if ctx.Err() == nil && sandbox.Overdue(c) {
+			if ex, ended := s.svc.SettleOverdue(ctx, sb, c, 0); ended {
+				answer(wireExit(ex))
 				return nil
 			}
 		}
@@ -95,7 +96,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	// The stream is bounded by the command's deadline (see
-	// command_deadline.go); past it, the agent either says the exit is on
+	// internal/sandbox/deadline.go); past it, the agent either says the exit is on
 	// its way (read on, for one more call's time) or the server ends the
 	// command.
 	var lastSeq uint64
@@ -104,20 +105,20 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		var sctx context.Context
 		var cancel context.CancelFunc
 		if bound {
-			sctx, cancel = withDeadline(ctx, c)
+			sctx, cancel = sandbox.WithDeadline(ctx, c)
 		} else {
-			sctx, cancel = context.WithTimeout(ctx, agentCallTimeout)
+			sctx, cancel = context.WithTimeout(ctx, sandbox.AgentCallTimeout)
 		}
 		ex, err := s.execEvents(sctx, ag, c.ProcessID, &lastSeq, stdout, stderr)
 		cancel()
 		switch {
 		case err == nil:
-			s.recordExit(ctx, c.ID, ex.exit, ex.seq)
+			s.svc.RecordExit(ctx, c.ID, ex.exit, ex.seq)
 			answer(toExitStatus(ex.exit))
 			return nil
-		case bound && ctx.Err() == nil && overdue(c):
-			if stored, ended := s.settleOverdue(ctx, sb, c, lastSeq); ended {
-				answer(stored.ExitStatus)
+		case bound && ctx.Err() == nil && sandbox.Overdue(c):
+			if stored, ended := s.svc.SettleOverdue(ctx, sb, c, lastSeq); ended {
+				answer(wireExit(stored))
 				return nil
 			}
 			bound = false

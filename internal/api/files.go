@@ -57,8 +57,8 @@ func (s *Server) fileTarget(r *http.Request) (worker.Guest, string, bool, error)
 	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
 		return nil, "", false, err
 	}
-	s.touch(r.Context(), sb.ID)
-	ag, err := s.agent(r.Context(), sb.ID)
+	s.svc.Touch(r.Context(), sb.ID)
+	ag, err := s.svc.Agent(r.Context(), sb.ID)
 	return ag, p, tar, err
 }
 

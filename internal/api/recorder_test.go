@@ -2,11 +2,12 @@ package api
 
 import (
 	"bytes"
-	"github.com/space-sandbox/space/internal/api/apiv1"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/space-sandbox/space/internal/api/apiv1"
 )
 
 type recorder struct {

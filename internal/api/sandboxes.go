@@ -259,26 +259,13 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	op, err := s.submitDelete(r.Context(), sb.TenantID, sb.ID)
+	op, err := s.svc.SubmitDelete(r.Context(), sb.TenantID, sb.ID)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, apiv1.OperationResponse{Operation: toOperation(op)})
 	return nil
 }
-
-// submitDelete marks the sandbox deleting and submits its delete operation in
-// one transaction.
-func (s *Server) submitDelete(ctx context.Context, tenantID, id string) (*store.Operation, error) {
-	return s.ops.Submit(ctx, &store.Operation{TenantID: tenantID, Type: store.OpDelete, Target: id},
-		func(ctx context.Context, tx store.Store) error {
-			_, err := tx.TransitionSandbox(ctx, tenantID, id, deleteRule.From, deleteRule.During, nil)
-			return err
-		})
-}
-
-// deleteRule are the states DELETE accepts.
-var deleteRule = sandbox.RuleOf(sandbox.Delete)
 
 func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.KeepRequest

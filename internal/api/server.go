@@ -1,11 +1,13 @@
 // Package api is SPACE's public HTTP API (v1) for one control plane: routing,
 // middleware (request ids, auth, body limits, idempotency, recovery, access
-// log, metrics), the handlers of every route, the OpenAPI document that
-// describes them, and the "create" and "delete" operation handlers that move
-// sandboxes through their lifecycle on a worker.
+// log, metrics), decoding and validation, the conversion between the wire
+// types (api/apiv1) and the domain's, event streams, and the OpenAPI
+// document that describes the routes.
 //
-// It maps errdefs classes to HTTP statuses exactly once (errors.go). It owns
-// no persistence (internal/store), no operation scheduling
+// Handlers return an error; one adapter (handle, errors.go) writes it, and
+// errdefs classes become HTTP statuses exactly once (statusOf). What moves
+// sandboxes through their lifecycle lives in internal/sandbox; api owns no
+// persistence (internal/store), no operation scheduling
 // (internal/operation) and no VM mechanics (internal/worker).
 package api
 
@@ -139,19 +141,17 @@ type Server struct {
 	metrics   *Metrics
 	handler   http.Handler
 	routes    []route
-	// life tracks activity for idle expiry.
-	life *lifecycleState
+	// svc is the control-plane domain the handlers call.
+	svc *sandbox.Service
 
-	// cmdLocks serialises the start of a command (first attach).
-	cmdLocks keylock.Map
 	// idemLocks serialises requests of one tenant with one idempotency key
 	// in this process, so a concurrent repeat waits for the first answer
 	// instead of racing it.
 	idemLocks keylock.Map
 }
 
-// New builds the API server and registers the "create" and "delete"
-// operation handlers with deps.Ops. After New, call deps.Ops.Recover and then
+// New builds the API server and registers the sandbox operation handlers
+// (internal/sandbox) with deps.Ops. After New, call deps.Ops.Recover and then
 // Server.Reconcile with its result; run Server.Run for exit watching and
 // expiry.
 func New(cfg Config, deps Deps) (*Server, error) {
@@ -179,10 +179,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.templates.LogDir = filepath.Join(os.TempDir(), "space-build-logs")
 	}
 	s.buildLogs = &buildLogs{dir: s.templates.LogDir}
-	s.ops.Register(store.OpCreate, s.runCreate)
-	s.ops.Register(store.OpDelete, s.runDelete)
-	s.life = newLifecycleState()
-	s.registerLifecycle()
+	s.svc, err = sandbox.New(sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID})
+	if err != nil {
+		return nil, err
+	}
+	for typ, h := range s.svc.Handlers() {
+		s.ops.Register(typ, recorded(h))
+	}
 	s.ops.Register(store.OpTemplateBuild, s.runTemplateBuild)
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
@@ -329,5 +332,67 @@ func (s *Server) refreshSandboxGauge(ctx context.Context) {
 			continue
 		}
 		s.metrics.Sandboxes.WithLabelValues(string(st)).Set(float64(counts[st]))
+	}
+}
+
+// Reconcile makes the store and the worker agree after a start: run it after
+// the operation engine's Recover (see sandbox.Service.Reconcile).
+func (s *Server) Reconcile(ctx context.Context) error { return s.svc.Reconcile(ctx) }
+
+// Run does the API's background work until ctx ends: the control plane's
+// (sandbox.Service.Run: worker exits, expiry, idle suspend) and, hourly,
+// pruning old idempotency records.
+func (s *Server) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.pruneIdempotency(ctx)
+	s.svc.Run(ctx)
+}
+
+func (s *Server) pruneIdempotency(ctx context.Context) {
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+	for now := time.Now(); ; {
+		if n, err := s.store.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.logger.Warn("prune idempotency records", "err", err)
+		} else if n > 0 {
+			s.logger.Info("pruned idempotency records", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case now = <-tick.C:
+		}
+	}
+}
+
+// teardownTimeout bounds cleanup that must run even when the request or
+// operation context is cancelled.
+const teardownTimeout = 2 * time.Minute
+
+// recorded converts what a sandbox operation handler returns into the wire
+// form its operation records as its result.
+func recorded(h operation.Handler) operation.Handler {
+	return func(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
+		v, err := h(ctx, op, report)
+		if err != nil {
+			return nil, err
+		}
+		switch v := v.(type) {
+		case *store.Sandbox:
+			return toSandbox(v), nil
+		case sandbox.Status:
+			out := toSandbox(v.Sandbox)
+			if v.Worker != nil {
+				out.Usage = usageOf(*v.Worker)
+			}
+			return out, nil
+		case *store.Checkpoint:
+			return toCheckpoint(v), nil
+		}
+		return v, nil
 	}
 }

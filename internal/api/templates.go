@@ -12,6 +12,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
@@ -259,7 +260,7 @@ func (s *Server) runTemplateBuild(ctx context.Context, op *store.Operation, repo
 	m, err := builder.Build(ctx, params.Request, progress, blog)
 	if err != nil {
 		blog.Printf("build failed: %s", operation.PublicError(err).Message)
-		log.Warn("template build failed", "template", params.Request.Name, "err", causeString(err))
+		log.Warn("template build failed", "template", params.Request.Name, "err", sandbox.CauseString(err))
 		s.failBuild(ctx, row, "")
 		return nil, err
 	}
@@ -271,7 +272,7 @@ func (s *Server) runTemplateBuild(ctx context.Context, op *store.Operation, repo
 	}
 	if err := s.prepareSnapshot(ctx, m, blog, report); err != nil {
 		blog.Printf("build failed: %s", operation.PublicError(err).Message)
-		log.Warn("template ready snapshot failed", "template", m.Ref(), "err", causeString(err))
+		log.Warn("template ready snapshot failed", "template", m.Ref(), "err", sandbox.CauseString(err))
 		del := m.Ref()
 		if shared {
 			del = ""
@@ -378,15 +379,6 @@ func (s *Server) ReconcileTemplates(ctx context.Context) error {
 		s.logger.Warn("template build interrupted by a restart: marked failed", "template", t.Name, "template_build", t.ID)
 	}
 	return nil
-}
-
-// templateRefOf is the worker's name of a sandbox's template build:
-// name@digest, so a sandbox boots exactly the build it was created from.
-func templateRefOf(sb *store.Sandbox) string {
-	if sb.TemplateDigest == "" {
-		return sb.Template
-	}
-	return sb.Template + "@" + sb.TemplateDigest
 }
 
 // commandDefaults fills a command's working directory and user from its

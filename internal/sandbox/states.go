@@ -1,10 +1,3 @@
-// Package sandbox is SPACE's control-plane domain: the sandbox state
-// machine (one table, states.go) and what moves sandboxes through it.
-//
-// It works on store values and errdefs errors. It knows nothing of HTTP or
-// of the wire types (internal/api converts), owns no persistence
-// (internal/store), no operation scheduling (internal/operation) and no VM
-// mechanics (internal/worker).
 package sandbox
 
 import (

@@ -1,4 +1,4 @@
-package api
+package sandbox
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
-	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -30,7 +29,7 @@ import (
 //
 // The agent addresses processes by Command.ProcessID. Failures are logged:
 // the sandbox stays usable, its commands as they were.
-func (s *Server) syncCommands(ctx context.Context, sandboxID, source string) {
+func (s *Service) syncCommands(ctx context.Context, sandboxID, source string) {
 	ctx = context.WithoutCancel(ctx)
 	log := s.logger.With("sandbox", sandboxID)
 	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, sandboxID)
@@ -38,7 +37,7 @@ func (s *Server) syncCommands(ctx context.Context, sandboxID, source string) {
 		log.Error("sync commands: get sandbox", "err", err)
 		return
 	}
-	ag, err := s.agent(ctx, sandboxID)
+	ag, err := s.Agent(ctx, sandboxID)
 	if err != nil {
 		log.Warn("sync commands: no agent", "err", err)
 		return
@@ -69,7 +68,7 @@ func (s *Server) syncCommands(ctx context.Context, sandboxID, source string) {
 			s.followProcess(ctx, c, p)
 		} else if c.State == store.CommandRunning {
 			now := time.Now().UTC()
-			raw, _ := json.Marshal(commandExit{ExitStatus: apiv1.ExitStatus{Reason: agentproto.ReasonLost, EndedAt: &now}})
+			raw, _ := json.Marshal(Exit{Reason: agentproto.ReasonLost, EndedAt: &now})
 			if _, err := s.store.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandRunning},
 				func(c *store.Command) error {
 					c.State, c.Exit = store.CommandExited, raw
@@ -116,7 +115,7 @@ func (s *Server) syncCommands(ctx context.Context, sandboxID, source string) {
 
 // followProcess sets a command to the state the agent reports of its
 // process, when that differs from the stored one.
-func (s *Server) followProcess(ctx context.Context, c *store.Command, p agentproto.ProcessInfo) {
+func (s *Service) followProcess(ctx context.Context, c *store.Command, p agentproto.ProcessInfo) {
 	want := *c
 	stateFromProcess(&want, p)
 	if want.State == c.State && string(want.Exit) == string(c.Exit) && want.PID == c.PID {
@@ -144,11 +143,11 @@ func stateFromProcess(c *store.Command, p agentproto.ProcessInfo) {
 		return
 	}
 	c.State = store.CommandExited
-	c.Exit, _ = json.Marshal(commandExit{ExitStatus: toExitStatus(p.Exit), Seq: p.LastSeq})
+	c.Exit, _ = json.Marshal(ExitOf(p.Exit, p.LastSeq))
 }
 
 // allCommands lists every command session of a sandbox, oldest first.
-func (s *Server) allCommands(ctx context.Context, sandboxID string) ([]*store.Command, error) {
+func (s *Service) allCommands(ctx context.Context, sandboxID string) ([]*store.Command, error) {
 	f := store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}
 	f.PageSize = store.MaxPageSize
 	var out []*store.Command

@@ -1,4 +1,4 @@
-package api
+package sandbox
 
 import (
 	"context"
@@ -17,26 +17,26 @@ import (
 // its timeout_seconds pass, but a guest that cannot answer (a fork bomb
 // starving it, a wedged VM, a dead link) must not keep a request, a stream
 // or a command `running` for ever: every agent call a command request makes
-// is bounded, and once a command's timeout plus deadlineGrace passed without
+// is bounded, and once a command's timeout plus DeadlineGrace passed without
 // the agent reporting its exit, the server asks once more and, without an
 // answer, ends the command itself: `timeout`, or `lost` when the agent is
 // gone.
 
 const (
-	// deadlineGrace is how long after its timeout a command may still take
+	// DeadlineGrace is how long after its timeout a command may still take
 	// to report its exit (the agent's own kill and the exit event's way
 	// out) before the server decides. Under TCG a guest reaping hundreds of
 	// killed processes takes seconds to report.
-	deadlineGrace = 10 * time.Second
-	// agentCallTimeout bounds one unary agent call made for a request.
-	agentCallTimeout = 30 * time.Second
-	// refreshBudget bounds the agent calls one read of commands makes to
+	DeadlineGrace = 10 * time.Second
+	// AgentCallTimeout bounds one unary agent call made for a request.
+	AgentCallTimeout = 30 * time.Second
+	// RefreshBudget bounds the agent calls one read of commands makes to
 	// refresh those still running: a wedged guest delays a listing by this
 	// much at most, not by one call per command.
-	refreshBudget = 5 * time.Second
-	// probeTimeout bounds the last question to the agent once a deadline
+	RefreshBudget = 5 * time.Second
+	// ProbeTimeout bounds the last question to the agent once a deadline
 	// passed.
-	probeTimeout = 5 * time.Second
+	ProbeTimeout = 5 * time.Second
 )
 
 // commandDeadline is when the server ends c itself unless the agent has
@@ -54,12 +54,12 @@ func commandDeadline(c *store.Command) (time.Time, bool) {
 	if c.StartedAt != nil && c.StartedAt.After(start) {
 		start = *c.StartedAt
 	}
-	return start.Add(time.Duration(spec.TimeoutSeconds)*time.Second + deadlineGrace), true
+	return start.Add(time.Duration(spec.TimeoutSeconds)*time.Second + DeadlineGrace), true
 }
 
-// deadlineTimer fires when c's deadline passes; without a timeout it never
+// DeadlineTimer fires when c's deadline passes; without a timeout it never
 // fires. Stop it with the returned func.
-func deadlineTimer(c *store.Command) (<-chan time.Time, func()) {
+func DeadlineTimer(c *store.Command) (<-chan time.Time, func()) {
 	d, ok := commandDeadline(c)
 	if !ok {
 		return nil, func() {}
@@ -68,8 +68,8 @@ func deadlineTimer(c *store.Command) (<-chan time.Time, func()) {
 	return t.C, func() { t.Stop() }
 }
 
-// withDeadline bounds ctx by c's deadline, if it has one.
-func withDeadline(ctx context.Context, c *store.Command) (context.Context, context.CancelFunc) {
+// WithDeadline bounds ctx by c's deadline, if it has one.
+func WithDeadline(ctx context.Context, c *store.Command) (context.Context, context.CancelFunc) {
 	if d, ok := commandDeadline(c); ok {
 		return context.WithDeadline(ctx, d)
 	}
@@ -77,16 +77,16 @@ func withDeadline(ctx context.Context, c *store.Command) (context.Context, conte
 }
 
 // overdue reports whether c's deadline has passed.
-func overdue(c *store.Command) bool {
+func Overdue(c *store.Command) bool {
 	d, ok := commandDeadline(c)
 	return ok && !time.Now().Before(d)
 }
 
 // boundedAgent bounds every unary call to the guest agent by
-// agentCallTimeout (streams and uploads are bounded by their callers).
+// AgentCallTimeout (streams and uploads are bounded by their callers).
 type boundedAgent struct{ worker.Guest }
 
-func bounded(ag worker.Guest) worker.Guest {
+func Bounded(ag worker.Guest) worker.Guest {
 	if ag == nil {
 		return nil
 	}
@@ -97,7 +97,7 @@ func bounded(ag worker.Guest) worker.Guest {
 }
 
 func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, agentCallTimeout)
+	return context.WithTimeout(ctx, AgentCallTimeout)
 }
 
 func (a boundedAgent) Start(ctx context.Context, spec agentproto.ProcessSpec) (agentproto.ProcessInfo, error) {
@@ -136,25 +136,25 @@ func (a boundedAgent) List(ctx context.Context) ([]agentproto.ProcessInfo, error
 	return a.Guest.List(ctx)
 }
 
-// settleOverdue is called when c's deadline passed and the agent has not
+// SettleOverdue is called when c's deadline passed and the agent has not
 // reported its exit on the way the caller was waiting (lastSeq is the last
 // event the caller delivered). It asks the agent once more, bounded. When
 // the agent answers that the process exited, the exit is on its way and
-// settleOverdue returns false: keep reading. Otherwise it ends the command
+// SettleOverdue returns false: keep reading. Otherwise it ends the command
 // (a process the agent still runs past its timeout is killed) and returns
 // the stored exit, which may be an exit another request recorded first.
-func (s *Server) settleOverdue(ctx context.Context, sb *store.Sandbox, c *store.Command, lastSeq uint64) (commandExit, bool) {
+func (s *Service) SettleOverdue(ctx context.Context, sb *store.Sandbox, c *store.Command, lastSeq uint64) (Exit, bool) {
 	reason := agentproto.ReasonTimeout
-	ag, err := s.agent(ctx, sb.ID)
+	ag, err := s.Agent(ctx, sb.ID)
 	if err != nil {
 		reason = agentproto.ReasonLost
 	} else {
-		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		pctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 		info, gerr := ag.Get(pctx, c.ProcessID)
 		switch {
 		case gerr == nil && info.Exit != nil:
 			cancel()
-			return commandExit{}, false
+			return Exit{}, false
 		case gerr == nil:
 			_ = ag.Signal(pctx, c.ProcessID, "SIGKILL")
 		case errors.Is(gerr, errdefs.ErrUnavailable):
@@ -165,28 +165,28 @@ func (s *Server) settleOverdue(ctx context.Context, sb *store.Sandbox, c *store.
 			err = gerr
 		}
 	}
-	log := s.logger.With("request_id", requestID(ctx), "sandbox", sb.ID, "command", c.ID, "reason", reason)
+	log := s.logger.With("request_id", s.requestID(ctx), "sandbox", sb.ID, "command", c.ID, "reason", reason)
 	if err != nil {
-		log = log.With("err", causeString(err))
+		log = log.With("err", CauseString(err))
 	}
 	log.Warn("command ended by the server: its deadline passed without an exit from the guest")
-	s.recordExit(ctx, c.ID, &agentproto.ExitStatus{Reason: reason, EndedAt: time.Now().UTC()}, lastSeq+1)
+	s.RecordExit(ctx, c.ID, &agentproto.ExitStatus{Reason: reason, EndedAt: time.Now().UTC()}, lastSeq+1)
 	if fresh, err := s.store.GetCommand(context.WithoutCancel(ctx), sb.TenantID, sb.ID, c.ID); err == nil {
-		if ex, ok := decodeExit(fresh); ok {
+		if ex, ok := DecodeExit(fresh); ok {
 			return ex, true
 		}
 	}
 	now := time.Now().UTC()
-	ex := commandExit{Seq: lastSeq + 1}
+	ex := Exit{Seq: lastSeq + 1}
 	ex.Reason, ex.EndedAt = reason, &now
 	return ex, true
 }
 
-// openEvents opens c's event stream on ctx (which the stream keeps), but
+// OpenEvents opens c's event stream on ctx (which the stream keeps), but
 // gives the opening itself no longer than one agent call or c's deadline:
 // past that, cancel ends ctx and the open fails.
-func openEvents(ctx context.Context, cancel context.CancelFunc, ag worker.Guest, c *store.Command, after uint64) (agentproto.EventStream, error) {
-	limit := agentCallTimeout
+func OpenEvents(ctx context.Context, cancel context.CancelFunc, ag worker.Guest, c *store.Command, after uint64) (agentproto.EventStream, error) {
+	limit := AgentCallTimeout
 	if d, ok := commandDeadline(c); ok {
 		limit = min(limit, max(time.Until(d), 0))
 	}
@@ -207,15 +207,15 @@ func openEvents(ctx context.Context, cancel context.CancelFunc, ag worker.Guest,
 	return st, err
 }
 
-// endIfOverdue ends c when its deadline passed and a refresh could not
+// EndIfOverdue ends c when its deadline passed and a refresh could not
 // learn its exit from the agent; otherwise it returns c as it is. It runs
 // on its own probe bound, not the (maybe spent) budget of the refresh.
-func (s *Server) endIfOverdue(ctx context.Context, sb *store.Sandbox, c *store.Command) *store.Command {
-	if c.State != store.CommandRunning || !overdue(c) {
+func (s *Service) EndIfOverdue(ctx context.Context, sb *store.Sandbox, c *store.Command) *store.Command {
+	if c.State != store.CommandRunning || !Overdue(c) {
 		return c
 	}
 	ctx = context.WithoutCancel(ctx)
-	if _, ended := s.settleOverdue(ctx, sb, c, 0); !ended {
+	if _, ended := s.SettleOverdue(ctx, sb, c, 0); !ended {
 		return c
 	}
 	if fresh, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID); err == nil {

@@ -1,4 +1,4 @@
-package api
+package sandbox
 
 import (
 	"context"
@@ -7,41 +7,30 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
-	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/operation"
-	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
-// teardownTimeout bounds cleanup that must run even when the operation's
-// context is cancelled.
-const teardownTimeout = 2 * time.Minute
-
-// agent returns the guest of a sandbox.
-func (s *Server) agent(ctx context.Context, sandboxID string) (worker.Guest, error) {
-	return s.worker.Agent(ctx, sandboxID)
-}
-
 // runCreate is the "create" operation: boot the sandbox on the worker and
 // move it creating -> running, or -> failed with everything cleaned up.
-func (s *Server) runCreate(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
+func (s *Service) runCreate(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
 	log := s.logger.With("op", op.ID, "sandbox", op.Target)
 	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != sandbox.RuleOf(sandbox.Create).During {
+	if sb.State != RuleOf(Create).During {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox %s is %s, not creating", sb.ID, sb.State)
 	}
-	rule := sandbox.RuleOf(sandbox.Create)
+	rule := RuleOf(Create)
 	report(ctx, rule.Step, 10)
-	spec := worker.SandboxSpec{ID: sb.ID, Template: templateRefOf(sb), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
+	spec := worker.SandboxSpec{ID: sb.ID, Template: TemplateRef(sb), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
 		DiskMiB: sb.DiskMiB, Env: sb.Env, Hostname: sb.ID, Network: sb.Network, SecretScope: sb.TenantID}
 	if op.Type == store.OpBranch {
 		spec.FromCheckpoint = branchSource(op)
-		rule = sandbox.RuleOf(sandbox.Branch)
+		rule = RuleOf(Branch)
 		report(ctx, rule.Step, 10)
 	}
 	_, cerr := s.worker.CreateSandbox(ctx, spec)
@@ -59,18 +48,18 @@ func (s *Server) runCreate(ctx context.Context, op *store.Operation, report oper
 			rule.Running(), rule.To, nil)
 		if err == nil {
 			log.Info("sandbox running")
-			return toSandbox(sb), nil
+			return sb, nil
 		}
 		cerr = fmt.Errorf("mark sandbox running: %w", err)
 	}
-	log.Warn("sandbox create failed", "err", causeString(cerr))
+	log.Warn("sandbox create failed", "err", CauseString(cerr))
 	s.failSandbox(ctx, sb.ID, cerr, rule.Running()...)
 	return nil, cerr
 }
 
 // failSandbox tears a sandbox's VM down and records it failed with the
 // tenant-safe form of cause. Commands still running end with reason "lost".
-func (s *Server) failSandbox(ctx context.Context, id string, cause error, from ...store.SandboxState) {
+func (s *Service) failSandbox(ctx context.Context, id string, cause error, from ...store.SandboxState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	log := s.logger.With("sandbox", id)
@@ -91,7 +80,7 @@ func (s *Server) failSandbox(ctx context.Context, id string, cause error, from .
 // sandbox to deleting; this ends its commands, stops the VM and marks it
 // deleted. It runs to the end even when cancelled: a half-deleted sandbox
 // helps no one.
-func (s *Server) runDelete(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
+func (s *Service) runDelete(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	log := s.logger.With("op", op.ID, "sandbox", op.Target)
@@ -99,7 +88,7 @@ func (s *Server) runDelete(ctx context.Context, op *store.Operation, report oper
 	if err != nil {
 		return nil, err
 	}
-	rule := sandbox.RuleOf(sandbox.Delete)
+	rule := RuleOf(Delete)
 	if sb.State != rule.During {
 		return nil, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", sb.ID, sb.State).
 			WithDetails(map[string]any{"state": string(sb.State)})
@@ -108,7 +97,7 @@ func (s *Server) runDelete(ctx context.Context, op *store.Operation, report oper
 	// Ask the agent how each process stands, so commands that ended keep
 	// their real exit and the others' exit event gets the next sequence number.
 	var procs map[string]agentproto.ProcessInfo
-	if ag, err := s.agent(ctx, sb.ID); err == nil {
+	if ag, err := s.Agent(ctx, sb.ID); err == nil {
 		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
 		if list, err := ag.List(lctx); err == nil {
 			procs = map[string]agentproto.ProcessInfo{}
@@ -128,12 +117,12 @@ func (s *Server) runDelete(ctx context.Context, op *store.Operation, report oper
 		return nil, err
 	}
 	log.Info("sandbox deleted")
-	return toSandbox(sb), nil
+	return sb, nil
 }
 
 // endCommands records every command of the sandbox that has not ended as
 // ended with reason. Commands that never started end the same way.
-func (s *Server) endCommands(ctx context.Context, sandboxID, reason string, procs map[string]agentproto.ProcessInfo) {
+func (s *Service) endCommands(ctx context.Context, sandboxID, reason string, procs map[string]agentproto.ProcessInfo) {
 	f := store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}
 	f.PageSize = store.MaxPageSize
 	now := time.Now().UTC()
@@ -147,9 +136,9 @@ func (s *Server) endCommands(ctx context.Context, sandboxID, reason string, proc
 			if c.State == store.CommandExited {
 				continue
 			}
-			ex := commandExit{ExitStatus: apiv1.ExitStatus{Reason: reason, EndedAt: &now}, Seq: procs[c.ProcessID].LastSeq + 1}
+			ex := Exit{Reason: reason, EndedAt: &now, Seq: procs[c.ProcessID].LastSeq + 1}
 			if p, ok := procs[c.ProcessID]; ok && p.Exit != nil {
-				ex = commandExit{ExitStatus: toExitStatus(p.Exit), Seq: p.LastSeq}
+				ex = ExitOf(p.Exit, p.LastSeq)
 			}
 			raw, _ := json.Marshal(ex)
 			_, err := s.store.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandCreated, store.CommandRunning},

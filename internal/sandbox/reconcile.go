@@ -1,11 +1,10 @@
-package api
+package sandbox
 
 import (
 	"context"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
-	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -17,7 +16,7 @@ import (
 // state the worker reports (a pause, suspend, wake or restore interrupted
 // by the restart ends where the worker got to; suspended ones stay
 // suspended), and VMs the store does not know as live are deleted.
-func (s *Server) Reconcile(ctx context.Context) error {
+func (s *Service) Reconcile(ctx context.Context) error {
 	vms, err := s.worker.Sandboxes(ctx)
 	if err != nil {
 		return err
@@ -28,7 +27,7 @@ func (s *Server) Reconcile(ctx context.Context) error {
 	}
 	live := map[string]bool{}
 	err = s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant,
-		ExcludeStates: sandbox.WithoutVM()}, func(sb *store.Sandbox) {
+		ExcludeStates: WithoutVM()}, func(sb *store.Sandbox) {
 		log := s.logger.With("sandbox", sb.ID, "state", sb.State)
 		vm, ok := onWorker[sb.ID]
 		switch {
@@ -77,7 +76,7 @@ func (s *Server) Reconcile(ctx context.Context) error {
 // still creating belonged to an operation that operation.Recover has just
 // ended as aborted. Whatever files the worker kept of it go, so that the
 // failed checkpoint holds nothing and can be deleted.
-func (s *Server) reconcileCheckpoints(ctx context.Context) error {
+func (s *Service) reconcileCheckpoints(ctx context.Context) error {
 	f := store.CheckpointFilter{TenantID: store.AnyTenant}
 	f.PageSize = store.MaxPageSize
 	for {
@@ -108,7 +107,7 @@ func (s *Server) reconcileCheckpoints(ctx context.Context) error {
 }
 
 // eachSandbox calls fn for every sandbox the filter selects, page by page.
-func (s *Server) eachSandbox(ctx context.Context, f store.SandboxFilter, fn func(*store.Sandbox)) error {
+func (s *Service) eachSandbox(ctx context.Context, f store.SandboxFilter, fn func(*store.Sandbox)) error {
 	f.PageSize = store.MaxPageSize
 	for {
 		page, err := s.store.ListSandboxes(ctx, f)
@@ -133,13 +132,12 @@ const (
 	minExpiryScan = 100 * time.Millisecond
 )
 
-// Run does the API's background work until ctx ends: it fails sandboxes
-// whose VM stopped on its own (worker exits), deletes expired sandboxes,
-// suspends idle ones and prunes old idempotency records.
-func (s *Server) Run(ctx context.Context) {
+// Run does the control plane's background work until ctx ends or the
+// worker's exits close: it fails sandboxes whose VM stopped on its own
+// (worker exits), deletes expired sandboxes and suspends idle ones.
+func (s *Service) Run(ctx context.Context) {
 	tick := time.NewTimer(0)
 	defer tick.Stop()
-	lastPrune := time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -155,20 +153,12 @@ func (s *Server) Run(ctx context.Context) {
 				next = due
 			}
 			tick.Reset(max(time.Until(next), minExpiryScan))
-			if now.Sub(lastPrune) > time.Hour {
-				lastPrune = now
-				if n, err := s.store.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
-					s.logger.Warn("prune idempotency records", "err", err)
-				} else if n > 0 {
-					s.logger.Info("pruned idempotency records", "count", n)
-				}
-			}
 		}
 	}
 }
 
 // handleExit fails a sandbox whose VM died; its commands end "lost".
-func (s *Server) handleExit(ctx context.Context, ex worker.Exit) {
+func (s *Service) handleExit(ctx context.Context, ex worker.Exit) {
 	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, ex.SandboxID)
 	if err != nil {
 		s.logger.Warn("VM exit of unknown sandbox", "sandbox", ex.SandboxID, "err", err)
@@ -192,14 +182,14 @@ func (s *Server) handleExit(ctx context.Context, ex worker.Exit) {
 // expire submits a delete for every sandbox past its expires_at and a
 // suspend for every one idle past its idle_timeout_seconds (each recorded
 // as an operation). It returns the earliest deadline still ahead, or zero.
-func (s *Server) expire(ctx context.Context, now time.Time) time.Time {
+func (s *Service) expire(ctx context.Context, now time.Time) time.Time {
 	var next time.Time
 	ahead := func(t time.Time) {
 		if !t.IsZero() && t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
-	err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: sandbox.RuleOf(sandbox.Delete).From}, func(sb *store.Sandbox) {
+	err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: RuleOf(Delete).From}, func(sb *store.Sandbox) {
 		if sb.ExpiresAt == nil || sb.ExpiresAt.After(now) {
 			if sb.ExpiresAt != nil {
 				ahead(*sb.ExpiresAt)
@@ -207,7 +197,7 @@ func (s *Server) expire(ctx context.Context, now time.Time) time.Time {
 			ahead(s.expireIdle(ctx, sb, now))
 			return
 		}
-		op, err := s.submitDelete(ctx, sb.TenantID, sb.ID)
+		op, err := s.SubmitDelete(ctx, sb.TenantID, sb.ID)
 		if err != nil {
 			if errdefs.ClassOf(err) != errdefs.ErrConflict {
 				s.logger.Error("expire sandbox", "sandbox", sb.ID, "err", err)

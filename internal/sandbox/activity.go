@@ -1,4 +1,4 @@
-package api
+package sandbox
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
-	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -39,7 +38,7 @@ func newLifecycleState() *lifecycleState {
 }
 
 // touch records command or stream activity on a sandbox.
-func (s *Server) touch(ctx context.Context, sandboxID string) {
+func (s *Service) Touch(ctx context.Context, sandboxID string) {
 	now := time.Now().UTC()
 	l := s.life
 	l.mu.Lock()
@@ -63,10 +62,10 @@ func (s *Server) touch(ctx context.Context, sandboxID string) {
 	}
 }
 
-// streamAttached counts an event stream attached to a sandbox until the
+// StreamAttached counts an event stream attached to a sandbox until the
 // returned func is called.
-func (s *Server) streamAttached(ctx context.Context, sandboxID string) func() {
-	s.touch(ctx, sandboxID)
+func (s *Service) StreamAttached(ctx context.Context, sandboxID string) func() {
+	s.Touch(ctx, sandboxID)
 	l := s.life
 	l.mu.Lock()
 	l.streams[sandboxID]++
@@ -77,13 +76,13 @@ func (s *Server) streamAttached(ctx context.Context, sandboxID string) func() {
 			delete(l.streams, sandboxID)
 		}
 		l.mu.Unlock()
-		s.touch(ctx, sandboxID)
+		s.Touch(ctx, sandboxID)
 	}
 }
 
 // idleSince returns when a sandbox was last active, and false while a
 // stream is attached to it.
-func (s *Server) idleSince(sb *store.Sandbox) (time.Time, bool) {
+func (s *Service) idleSince(sb *store.Sandbox) (time.Time, bool) {
 	l := s.life
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -140,7 +139,7 @@ func (l *lifecycleState) woke(id string) {
 // expireIdle submits a suspend for a sandbox idle past its
 // idle_timeout_seconds; it returns when the sandbox will be idle long
 // enough, or the zero time.
-func (s *Server) expireIdle(ctx context.Context, sb *store.Sandbox, now time.Time) time.Time {
+func (s *Service) expireIdle(ctx context.Context, sb *store.Sandbox, now time.Time) time.Time {
 	if sb.IdleTimeoutSeconds <= 0 || (sb.State != store.SandboxRunning && sb.State != store.SandboxPaused) {
 		return time.Time{}
 	}
@@ -160,7 +159,7 @@ func (s *Server) expireIdle(ctx context.Context, sb *store.Sandbox, now time.Tim
 	}
 	l.idleSubs[sb.ID] = now
 	l.mu.Unlock()
-	op, err := s.submitOn(ctx, sb, store.OpSuspend, sandbox.RuleOf(sandbox.Suspend).From, nil)
+	op, err := s.SubmitOn(ctx, sb, store.OpSuspend, RuleOf(Suspend).From, nil)
 	if err != nil {
 		if errdefs.ClassOf(err) != errdefs.ErrConflict {
 			s.logger.Error("idle suspend", "sandbox", sb.ID, "err", err)
@@ -170,3 +169,7 @@ func (s *Server) expireIdle(ctx context.Context, sb *store.Sandbox, now time.Tim
 	s.logger.Info("sandbox idle: suspending", "sandbox", sb.ID, "op", op.ID, "idle_since", since)
 	return time.Time{}
 }
+
+// Stopped returns a channel closed when the sandbox next leaves running:
+// event streams end then.
+func (s *Service) Stopped(sandboxID string) <-chan struct{} { return s.life.stopped(sandboxID) }

@@ -1,0 +1,116 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/keylock"
+	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// teardownTimeout bounds cleanup that must run even when the operation's
+// context is cancelled.
+const teardownTimeout = 2 * time.Minute
+
+// Deps are the parts the service drives.
+type Deps struct {
+	Store  store.Store
+	Ops    *operation.Engine
+	Worker worker.Worker
+	Logger *slog.Logger
+	// RequestID names the request a context belongs to, for logs (nil:
+	// none).
+	RequestID func(ctx context.Context) string
+}
+
+// Service moves sandboxes through their state machine on a worker: it runs
+// the lifecycle, checkpoint, restore and branch operations, keeps the
+// store and the worker agreeing (Reconcile, Run), suspends idle sandboxes,
+// deletes expired ones, and keeps command sessions.
+type Service struct {
+	store     store.Store
+	ops       *operation.Engine
+	worker    worker.Worker
+	logger    *slog.Logger
+	requestID func(ctx context.Context) string
+	// life tracks activity for idle expiry.
+	life *lifecycleState
+	// cmdLocks serialises the start of a command (first attach).
+	cmdLocks keylock.Map
+}
+
+// New builds the service. Register its Handlers with the operation engine
+// (converting their results for the record), then run Reconcile after the
+// engine's Recover, and Run for exit watching and expiry.
+func New(deps Deps) (*Service, error) {
+	if deps.Store == nil || deps.Ops == nil || deps.Worker == nil {
+		return nil, fmt.Errorf("sandbox: Store, Ops and Worker are required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.RequestID == nil {
+		deps.RequestID = func(context.Context) string { return "" }
+	}
+	return &Service{store: deps.Store, ops: deps.Ops, worker: deps.Worker, logger: deps.Logger,
+		requestID: deps.RequestID, life: newLifecycleState()}, nil
+}
+
+// Status is a sandbox with what its worker reported of it (nil when it did
+// not say).
+type Status struct {
+	Sandbox *store.Sandbox
+	Worker  *worker.SandboxStatus
+}
+
+// Handlers are the operation handlers of the sandbox verbs. Their results
+// are domain values: a *store.Sandbox (create, branch, delete), a Status
+// (pause, suspend, wake, restore) or a *store.Checkpoint (checkpoint).
+func (s *Service) Handlers() map[store.OperationType]operation.Handler {
+	return map[store.OperationType]operation.Handler{
+		store.OpCreate: s.runCreate,
+		store.OpBranch: s.runCreate,
+		store.OpDelete: s.runDelete,
+		store.OpPause: s.runTransition(RuleOf(Pause), func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+			return s.worker.PauseSandbox(ctx, op.Target)
+		}),
+		store.OpSuspend: s.runTransition(RuleOf(Suspend), func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+			return s.worker.SuspendSandbox(ctx, op.Target)
+		}),
+		store.OpWake: s.runTransition(RuleOf(Wake), func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
+			return s.worker.WakeSandbox(ctx, op.Target)
+		}),
+		store.OpRestore:    s.runTransition(RuleOf(Restore), s.restoreOnWorker),
+		store.OpCheckpoint: s.runCheckpoint,
+	}
+}
+
+// Agent returns the guest of a sandbox.
+func (s *Service) Agent(ctx context.Context, sandboxID string) (worker.Guest, error) {
+	return s.worker.Agent(ctx, sandboxID)
+}
+
+// TemplateRef is the template reference a sandbox boots from: its name, and
+// the digest of the build when it names one.
+func TemplateRef(sb *store.Sandbox) string {
+	if sb.TemplateDigest == "" {
+		return sb.Template
+	}
+	return sb.Template + "@" + sb.TemplateDigest
+}
+
+// CauseString renders err including the internal cause of a Public error,
+// which Error() deliberately hides. For logs only.
+func CauseString(err error) string {
+	var pub *errdefs.Public
+	if errors.As(err, &pub) && pub.Cause != nil {
+		return err.Error() + ": " + pub.Cause.Error()
+	}
+	return err.Error()
+}
