@@ -26,6 +26,7 @@ PACKAGES=(
   python3
   mmdebstrap
   util-linux procps
+  postgresql
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

@@ -137,6 +137,11 @@ type Operation struct {
 	CreatedAt time.Time       `json:"created_at"`
 	UpdatedAt time.Time       `json:"updated_at"`
 	DoneAt    *time.Time      `json:"done_at,omitempty"`
+	// LeaseOwner names the control replica that holds the operation (empty:
+	// none) until LeaseExpiresAt, a time on the store's clock (zero: none).
+	// Only the lease methods change them; internal, never shown.
+	LeaseOwner     string    `json:"-"`
+	LeaseExpiresAt time.Time `json:"-"`
 }
 
 // CommandState is a command session's state.

@@ -1,7 +1,7 @@
 // Package store is the control plane's persistence contract: the model types
 // (tenants, API keys, sandboxes, operations, command sessions, idempotency
 // records, templates, sealed secrets, checkpoints) and the Store interface every backend implements
-// (store/sqlite for a single node; PostgreSQL for a cluster). The conformance
+// (store/sqlite for a single node; store/postgres for a cluster). The conformance
 // suite in store/storetest pins the behaviour down.
 //
 // The store knows nothing of HTTP, workers or VMs. It enforces what must hold
@@ -81,6 +81,27 @@ type Store interface {
 	// ListUnfinishedOperations returns every operation not in a terminal
 	// state, oldest first (for recovery at start-up).
 	ListUnfinishedOperations(ctx context.Context) ([]*Operation, error)
+
+	// Operation leases: which control replica (owner) runs an unfinished
+	// operation. A lease lasts until a deadline on the store's clock (the
+	// database's, so replicas' clocks need not agree) that its owner renews;
+	// a replica that dies stops renewing and another claims what it held.
+	// A lease is free when there is none or it has expired. TransitionOperation
+	// keeps the lease as it is (mutate cannot change it).
+	//
+	// ClaimOperation gives the operation to owner for ttl when its lease is
+	// free or owner's already. ErrConflict when another owner's lease is
+	// live or the operation is finished (details {"state": current});
+	// ErrNotFound for an unknown id. Of racing claimers exactly one wins.
+	ClaimOperation(ctx context.Context, id, owner string, ttl time.Duration) (*Operation, error)
+	// RenewOperationLeases extends owner's leases of ids to ttl from now and
+	// returns the ids it still holds: unfinished and owner's (an expired
+	// lease nobody claimed meanwhile is owner's still). The others are lost.
+	RenewOperationLeases(ctx context.Context, owner string, ids []string, ttl time.Duration) ([]string, error)
+	// ClaimExpiredOperations claims for owner, for ttl, up to limit
+	// unfinished operations whose lease is free, oldest first. Concurrent
+	// callers never claim the same operation.
+	ClaimExpiredOperations(ctx context.Context, owner string, ttl time.Duration, limit int) ([]*Operation, error)
 
 	// Command sessions. ListCommands is oldest first.
 	CreateCommand(ctx context.Context, c *Command) error

@@ -11,15 +11,17 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 )
 
-const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at`
+const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at,
+	lease_owner, lease_expires_at`
 
 func scanOp(row interface{ Scan(...any) error }) (*store.Operation, error) {
 	var op store.Operation
 	var progress, errInfo, result, params sql.NullString
 	var created, updated int64
 	var done sql.NullInt64
+	var leaseExpires int64
 	if err := row.Scan(&op.ID, &op.TenantID, &op.Type, &op.Target, &op.State, &progress, &errInfo, &result, &params,
-		&created, &updated, &done); err != nil {
+		&created, &updated, &done, &op.LeaseOwner, &leaseExpires); err != nil {
 		return nil, err
 	}
 	var err error
@@ -31,6 +33,9 @@ func scanOp(row interface{ Scan(...any) error }) (*store.Operation, error) {
 	}
 	op.Result, op.Params = rawFrom(result), rawFrom(params)
 	op.CreatedAt, op.UpdatedAt, op.DoneAt = fromNanos(created), fromNanos(updated), timePtr(done)
+	if leaseExpires != 0 {
+		op.LeaseExpiresAt = fromNanos(leaseExpires)
+	}
 	return &op, nil
 }
 
@@ -62,8 +67,9 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 		op.CreatedAt = t
 	}
 	op.UpdatedAt = t
+	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{} // only ClaimOperation takes a lease
 	normOp(op)
-	_, err := c.wr.ExecContext(ctx, `INSERT INTO operations (`+opCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO operations (`+opCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0)`,
 		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error),
 		rawText(op.Result), rawText(op.Params), nanos(op.CreatedAt), nanos(op.UpdatedAt), nullNanos(op.DoneAt))
 	if err != nil {
@@ -109,12 +115,14 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 			return stateConflict("operation", id, string(op.State))
 		}
 		keepID, keepTenant, keepCreated := op.ID, op.TenantID, op.CreatedAt
+		keepOwner, keepExpires := op.LeaseOwner, op.LeaseExpiresAt
 		if mutate != nil {
 			if err := mutate(op); err != nil {
 				return err
 			}
 		}
 		op.ID, op.TenantID, op.CreatedAt = keepID, keepTenant, keepCreated
+		op.LeaseOwner, op.LeaseExpiresAt = keepOwner, keepExpires
 		if to != "" {
 			op.State = to
 		}

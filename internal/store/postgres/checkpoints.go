@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const checkpointCols = `id, tenant_id, sandbox_id, name, parent, state, template, template_digest, vcpus, memory_mib,
+	disk_mib, worker, size_bytes, created_at`
+
+func scanCheckpoint(row pgx.Row) (*store.Checkpoint, error) {
+	var c store.Checkpoint
+	var created int64
+	if err := row.Scan(&c.ID, &c.TenantID, &c.SandboxID, &c.Name, &c.Parent, &c.State, &c.Template, &c.TemplateDigest,
+		&c.VCPUs, &c.MemoryMiB, &c.DiskMiB, &c.Worker, &c.SizeBytes, &created); err != nil {
+		return nil, err
+	}
+	c.CreatedAt = fromNanos(created)
+	return &c, nil
+}
+
+func checkpointArgs(c *store.Checkpoint) []any {
+	return []any{c.ID, c.TenantID, c.SandboxID, c.Name, c.Parent, string(c.State), c.Template, c.TemplateDigest,
+		c.VCPUs, c.MemoryMiB, c.DiskMiB, c.Worker, c.SizeBytes, nanos(c.CreatedAt)}
+}
+
+// CreateCheckpoint inserts c, filling ID and CreatedAt when empty.
+func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
+	if ck.TenantID == "" || ck.SandboxID == "" || ck.State == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a checkpoint needs a tenant, a sandbox and a state")
+	}
+	if ck.ID == "" {
+		ck.ID = store.NewID(store.PrefixCheckpoint)
+	}
+	if ck.CreatedAt.IsZero() {
+		ck.CreatedAt = now()
+	}
+	ck.CreatedAt = norm(ck.CreatedAt)
+	_, err := c.exec(ctx, "create checkpoint", `INSERT INTO checkpoints (`+checkpointCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, checkpointArgs(ck)...)
+	return err
+}
+
+func (c *conn) GetCheckpoint(ctx context.Context, tenantID, id string) (*store.Checkpoint, error) {
+	return c.getCheckpoint(ctx, tenantID, id, "")
+}
+
+func (c *conn) getCheckpoint(ctx context.Context, tenantID, id, lock string) (*store.Checkpoint, error) {
+	c = c.bind(ctx)
+	ck, err := scanCheckpoint(c.q.QueryRow(ctx, `SELECT `+checkpointCols+` FROM checkpoints
+		WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("checkpoint", id)
+	}
+	if err != nil {
+		return nil, dbErr("get checkpoint", err)
+	}
+	return ck, nil
+}
+
+func (c *conn) ListCheckpoints(ctx context.Context, f store.CheckpointFilter) (store.Page[*store.Checkpoint], error) {
+	q := pageQuery{what: "list checkpoints", cols: checkpointCols, table: "checkpoints", PageRequest: f.PageRequest}
+	if f.TenantID != "" {
+		q.filter("tenant_id = " + q.arg(f.TenantID))
+	}
+	if f.SandboxID != "" {
+		q.filter("sandbox_id = " + q.arg(f.SandboxID))
+	}
+	return listPage(ctx, c.bind(ctx), q, scanCheckpoint, func(ck *store.Checkpoint) (time.Time, string) { return ck.CreatedAt, ck.ID })
+}
+
+// UpdateCheckpoint locks the row, compares the state, applies mutate and
+// writes, in one transaction.
+func (c *conn) UpdateCheckpoint(ctx context.Context, id string, from []store.CheckpointState,
+	mutate func(*store.Checkpoint) error) (*store.Checkpoint, error) {
+	var out *store.Checkpoint
+	err := c.atomic(ctx, func(tc *conn) error {
+		ck, err := tc.getCheckpoint(ctx, store.AnyTenant, id, " FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, ck.State) {
+			return stateConflict("checkpoint", id, string(ck.State))
+		}
+		keepID, keepTenant, keepSandbox, keepCreated := ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt
+		if mutate != nil {
+			if err := mutate(ck); err != nil {
+				return err
+			}
+		}
+		ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
+		a := checkpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
+		a = append(a[:len(a)-1], ck.ID)
+		_, err = tc.q.Exec(ctx, `UPDATE checkpoints SET name = $1, parent = $2, state = $3, template = $4,
+			template_digest = $5, vcpus = $6, memory_mib = $7, disk_mib = $8, worker = $9, size_bytes = $10 WHERE id = $11`, a...)
+		if err != nil {
+			return dbErr(fmt.Sprintf("update checkpoint %s", id), err)
+		}
+		out = ck
+		return nil
+	})
+	return out, err
+}
+
+func (c *conn) DeleteCheckpoint(ctx context.Context, tenantID, id string) error {
+	n, err := c.exec(ctx, "delete checkpoint", `DELETE FROM checkpoints WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`, id, tenantID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFound("checkpoint", id)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const cmdCols = `id, tenant_id, sandbox_id, process_id, spec, state, pid, exit, created_at, started_at`
+
+func scanCmd(row pgx.Row) (*store.Command, error) {
+	var cmd store.Command
+	var spec string
+	var exit *string
+	var created int64
+	var started *int64
+	if err := row.Scan(&cmd.ID, &cmd.TenantID, &cmd.SandboxID, &cmd.ProcessID, &spec, &cmd.State, &cmd.PID, &exit, &created, &started); err != nil {
+		return nil, err
+	}
+	cmd.Spec = rawFrom(&spec)
+	cmd.Exit = rawFrom(exit)
+	cmd.CreatedAt, cmd.StartedAt = fromNanos(created), timePtr(started)
+	return &cmd, nil
+}
+
+func normCmd(cmd *store.Command) {
+	cmd.CreatedAt, cmd.StartedAt = norm(cmd.CreatedAt), normPtr(cmd.StartedAt)
+	if len(cmd.Spec) == 0 {
+		cmd.Spec = nil
+	}
+	if len(cmd.Exit) == 0 {
+		cmd.Exit = nil
+	}
+}
+
+// CreateCommand inserts cmd, filling ID, ProcessID (= ID), State (created)
+// and CreatedAt when empty. The sandbox must exist (ErrNotFound).
+func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
+	if cmd.TenantID == "" || cmd.SandboxID == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a command needs a tenant and a sandbox")
+	}
+	if cmd.ID == "" {
+		cmd.ID = store.NewID(store.PrefixCommand)
+	}
+	if cmd.ProcessID == "" {
+		cmd.ProcessID = cmd.ID
+	}
+	if cmd.State == "" {
+		cmd.State = store.CommandCreated
+	}
+	if cmd.CreatedAt.IsZero() {
+		cmd.CreatedAt = now()
+	}
+	normCmd(cmd)
+	return c.atomic(ctx, func(tc *conn) error {
+		// Tenant scoping: a command can only go into the tenant's own sandbox.
+		if _, err := tc.GetSandbox(ctx, cmd.TenantID, cmd.SandboxID); err != nil {
+			return err
+		}
+		_, err := tc.q.Exec(ctx, `INSERT INTO commands (`+cmdCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit),
+			nanos(cmd.CreatedAt), nullNanos(cmd.StartedAt))
+		if err != nil {
+			return dbErr("create command", err)
+		}
+		return nil
+	})
+}
+
+func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (*store.Command, error) {
+	return c.getCommand(ctx, tenantID, sandboxID, id, "")
+}
+
+func (c *conn) getCommand(ctx context.Context, tenantID, sandboxID, id, lock string) (*store.Command, error) {
+	c = c.bind(ctx)
+	cmd, err := scanCmd(c.q.QueryRow(ctx, `SELECT `+cmdCols+` FROM commands
+		WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND ($3 = '' OR sandbox_id = $3)`+lock, id, tenantID, sandboxID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("command", id)
+	}
+	if err != nil {
+		return nil, dbErr("get command", err)
+	}
+	return cmd, nil
+}
+
+func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.Page[*store.Command], error) {
+	q := pageQuery{what: "list commands", cols: cmdCols, table: "commands", PageRequest: f.PageRequest}
+	q.filter("sandbox_id = " + q.arg(f.SandboxID))
+	t := q.arg(f.TenantID)
+	q.filter("(" + t + " = '' OR tenant_id = " + t + ")")
+	return listPage(ctx, c.bind(ctx), q, scanCmd, func(cmd *store.Command) (time.Time, string) { return cmd.CreatedAt, cmd.ID })
+}
+
+// UpdateCommand locks the row, compares the state, applies mutate and
+// writes, in one transaction.
+func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.CommandState, mutate func(*store.Command) error) (*store.Command, error) {
+	var out *store.Command
+	err := c.atomic(ctx, func(tc *conn) error {
+		cmd, err := tc.getCommand(ctx, store.AnyTenant, "", id, " FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, cmd.State) {
+			return stateConflict("command", id, string(cmd.State))
+		}
+		keepID, keepTenant, keepSandbox, keepProcess, keepCreated := cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt
+		if mutate != nil {
+			if err := mutate(cmd); err != nil {
+				return err
+			}
+		}
+		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepProcess, keepCreated
+		normCmd(cmd)
+		_, err = tc.q.Exec(ctx, `UPDATE commands SET spec = $1, state = $2, pid = $3, exit = $4, started_at = $5 WHERE id = $6`,
+			string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit), nullNanos(cmd.StartedAt), cmd.ID)
+		if err != nil {
+			return dbErr("update command", err)
+		}
+		out = cmd
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,153 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at,
+	lease_owner, lease_expires_at`
+
+func scanOp(row pgx.Row) (*store.Operation, error) {
+	var op store.Operation
+	var progress, errInfo, result, params *string
+	var created, updated, leaseExpires int64
+	var done *int64
+	if err := row.Scan(&op.ID, &op.TenantID, &op.Type, &op.Target, &op.State, &progress, &errInfo, &result, &params,
+		&created, &updated, &done, &op.LeaseOwner, &leaseExpires); err != nil {
+		return nil, err
+	}
+	var err error
+	if op.Progress, err = jsonFrom[store.Progress](progress); err != nil {
+		return nil, err
+	}
+	if op.Error, err = jsonFrom[store.ErrorInfo](errInfo); err != nil {
+		return nil, err
+	}
+	op.Result, op.Params = rawFrom(result), rawFrom(params)
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = fromNanos(created), fromNanos(updated), timePtr(done)
+	if leaseExpires != 0 {
+		op.LeaseExpiresAt = fromNanos(leaseExpires)
+	}
+	return &op, nil
+}
+
+func normOp(op *store.Operation) {
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = norm(op.CreatedAt), norm(op.UpdatedAt), normPtr(op.DoneAt)
+	if len(op.Result) == 0 {
+		op.Result = nil
+	}
+	if len(op.Params) == 0 {
+		op.Params = nil
+	}
+}
+
+// CreateOperation inserts op, filling ID, State (pending), CreatedAt and
+// UpdatedAt when empty. It has no lease until ClaimOperation.
+func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
+	if op.TenantID == "" || op.Type == "" || op.Target == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "an operation needs a tenant, a type and a target")
+	}
+	if op.ID == "" {
+		op.ID = store.NewID(store.PrefixOperation)
+	}
+	if op.State == "" {
+		op.State = store.OpPending
+	}
+	t := now()
+	if op.CreatedAt.IsZero() {
+		op.CreatedAt = t
+	}
+	op.UpdatedAt = t
+	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
+	normOp(op)
+	_, err := c.exec(ctx, "create operation", `INSERT INTO operations (`+opCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, '', 0)`,
+		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error),
+		rawText(op.Result), rawText(op.Params), nanos(op.CreatedAt), nanos(op.UpdatedAt), nullNanos(op.DoneAt))
+	return err
+}
+
+func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Operation, error) {
+	return c.getOperation(ctx, tenantID, id, "")
+}
+
+func (c *conn) getOperation(ctx context.Context, tenantID, id, lock string) (*store.Operation, error) {
+	c = c.bind(ctx)
+	op, err := scanOp(c.q.QueryRow(ctx, `SELECT `+opCols+` FROM operations WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock,
+		id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("operation", id)
+	}
+	if err != nil {
+		return nil, dbErr("get operation", err)
+	}
+	return op, nil
+}
+
+func (c *conn) ListOperations(ctx context.Context, f store.OperationFilter) (store.Page[*store.Operation], error) {
+	q := pageQuery{what: "list operations", cols: opCols, table: "operations", newest: true, PageRequest: f.PageRequest}
+	if f.TenantID != "" {
+		q.filter("tenant_id = " + q.arg(f.TenantID))
+	}
+	if f.Target != "" {
+		q.filter("target = " + q.arg(f.Target))
+	}
+	return listPage(ctx, c.bind(ctx), q, scanOp, func(op *store.Operation) (time.Time, string) { return op.CreatedAt, op.ID })
+}
+
+// TransitionOperation locks the row, compares the state, applies mutate and
+// writes, in one transaction. The lease stays as it is.
+func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.OperationState, to store.OperationState,
+	mutate func(*store.Operation) error) (*store.Operation, error) {
+	var out *store.Operation
+	err := c.atomic(ctx, func(tc *conn) error {
+		op, err := tc.getOperation(ctx, store.AnyTenant, id, " FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, op.State) {
+			return stateConflict("operation", id, string(op.State))
+		}
+		keepID, keepTenant, keepCreated := op.ID, op.TenantID, op.CreatedAt
+		keepOwner, keepExpires := op.LeaseOwner, op.LeaseExpiresAt
+		if mutate != nil {
+			if err := mutate(op); err != nil {
+				return err
+			}
+		}
+		op.ID, op.TenantID, op.CreatedAt = keepID, keepTenant, keepCreated
+		op.LeaseOwner, op.LeaseExpiresAt = keepOwner, keepExpires
+		if to != "" {
+			op.State = to
+		}
+		op.UpdatedAt = now()
+		if op.State.Terminal() && op.DoneAt == nil {
+			d := op.UpdatedAt
+			op.DoneAt = &d
+		}
+		normOp(op)
+		_, err = tc.q.Exec(ctx, `UPDATE operations SET type = $1, target = $2, state = $3, progress = $4, error = $5,
+			result = $6, params = $7, updated_at = $8, done_at = $9 WHERE id = $10`,
+			string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error), rawText(op.Result),
+			rawText(op.Params), nanos(op.UpdatedAt), nullNanos(op.DoneAt), op.ID)
+		if err != nil {
+			return dbErr("update operation", err)
+		}
+		out = op
+		return nil
+	})
+	return out, err
+}
+
+func (c *conn) ListUnfinishedOperations(ctx context.Context) ([]*store.Operation, error) {
+	return collect(ctx, c.bind(ctx), "list unfinished operations", scanOp,
+		`SELECT `+opCols+` FROM operations WHERE state IN ('pending', 'running') ORDER BY created_at, id`)
+}

@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const sandboxCols = `id, tenant_id, template, template_digest, state, vcpus, memory_mib, disk_mib, env, metadata::text,
+	network, worker, timeout_seconds, idle_timeout_seconds, created_at, updated_at, expires_at, last_activity_at, last_error`
+
+func scanSandbox(row pgx.Row) (*store.Sandbox, error) {
+	var sb store.Sandbox
+	var env, md string
+	var network, lastErr *string
+	var created, updated, activity int64
+	var expires *int64
+	if err := row.Scan(&sb.ID, &sb.TenantID, &sb.Template, &sb.TemplateDigest, &sb.State, &sb.VCPUs, &sb.MemoryMiB,
+		&sb.DiskMiB, &env, &md, &network, &sb.Worker, &sb.TimeoutSeconds, &sb.IdleTimeoutSeconds,
+		&created, &updated, &expires, &activity, &lastErr); err != nil {
+		return nil, err
+	}
+	var err error
+	if sb.Env, err = mapFrom(env); err != nil {
+		return nil, err
+	}
+	if sb.Metadata, err = mapFrom(md); err != nil {
+		return nil, err
+	}
+	if sb.LastError, err = jsonFrom[store.ErrorInfo](lastErr); err != nil {
+		return nil, err
+	}
+	sb.Network = rawFrom(network)
+	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = fromNanos(created), fromNanos(updated), fromNanos(activity)
+	sb.ExpiresAt = timePtr(expires)
+	return &sb, nil
+}
+
+func sandboxArgs(sb *store.Sandbox) []any {
+	return []any{sb.ID, sb.TenantID, sb.Template, sb.TemplateDigest, string(sb.State), sb.VCPUs, sb.MemoryMiB,
+		sb.DiskMiB, mapText(sb.Env), mapText(sb.Metadata), rawText(sb.Network), sb.Worker, sb.TimeoutSeconds,
+		sb.IdleTimeoutSeconds, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nullNanos(sb.ExpiresAt),
+		nanos(sb.LastActivityAt), jsonText(sb.LastError)}
+}
+
+// normSandbox makes sb what a read of it returns.
+func normSandbox(sb *store.Sandbox) {
+	sb.Env, sb.Metadata = normMap(sb.Env), normMap(sb.Metadata)
+	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = norm(sb.CreatedAt), norm(sb.UpdatedAt), norm(sb.LastActivityAt)
+	sb.ExpiresAt = normPtr(sb.ExpiresAt)
+	if len(sb.Network) == 0 {
+		sb.Network = nil
+	}
+}
+
+// CreateSandbox inserts sb after checking the tenant's quota, in one
+// transaction. It fills ID, CreatedAt, UpdatedAt and LastActivityAt when empty.
+func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
+	if sb.TenantID == "" || sb.State == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a sandbox needs a tenant and a state")
+	}
+	if sb.ID == "" {
+		sb.ID = store.NewID(store.PrefixSandbox)
+	}
+	t := now()
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = t
+	}
+	sb.UpdatedAt = t
+	if sb.LastActivityAt.IsZero() {
+		sb.LastActivityAt = sb.CreatedAt
+	}
+	normSandbox(sb)
+	return c.atomic(ctx, func(tc *conn) error {
+		if sb.State.Live() {
+			if err := tc.CheckQuota(ctx, sb.TenantID, store.Usage{Sandboxes: 1, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB}); err != nil {
+				return err
+			}
+		}
+		_, err := tc.q.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColsPlain+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19)`, sandboxArgs(sb)...)
+		if err != nil {
+			return dbErr("create sandbox", err)
+		}
+		return nil
+	})
+}
+
+// sandboxColsPlain is sandboxCols as insert targets.
+const sandboxColsPlain = `id, tenant_id, template, template_digest, state, vcpus, memory_mib, disk_mib, env, metadata,
+	network, worker, timeout_seconds, idle_timeout_seconds, created_at, updated_at, expires_at, last_activity_at, last_error`
+
+// CheckQuota fails with ErrResourceExhausted when extra does not fit the
+// tenant's quota next to what it holds. Inside a transaction it locks the
+// tenant's row, so quota checks of one tenant queue instead of both passing.
+func (c *conn) CheckQuota(ctx context.Context, tenantID string, extra store.Usage) error {
+	c = c.bind(ctx)
+	lock := ""
+	if c.tx != nil {
+		lock = " FOR UPDATE"
+	}
+	t, err := c.getTenant(ctx, tenantID, lock)
+	if err != nil {
+		return err
+	}
+	q := t.Quota
+	if q == (store.Quota{}) {
+		return nil
+	}
+	u, err := c.SandboxUsage(ctx, tenantID)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		resource         string
+		limit, used, ask int
+	}{
+		{"sandboxes", q.MaxSandboxes, u.Sandboxes, extra.Sandboxes},
+		{"vcpus", q.MaxVCPUs, u.VCPUs, extra.VCPUs},
+		{"memory_mib", q.MaxMemoryMiB, u.MemoryMiB, extra.MemoryMiB},
+	} {
+		if l.ask > 0 && l.limit > 0 && l.used+l.ask > l.limit {
+			return errdefs.New(errdefs.ErrResourceExhausted, "quota exceeded: %s (limit %d, in use %d, requested %d)",
+				l.resource, l.limit, l.used, l.ask).WithDetails(map[string]any{
+				"resource": l.resource, "limit": l.limit, "used": l.used, "requested": l.ask,
+			})
+		}
+	}
+	return nil
+}
+
+// SandboxUsage sums the tenant's live sandboxes.
+func (c *conn) SandboxUsage(ctx context.Context, tenantID string) (store.Usage, error) {
+	c = c.bind(ctx)
+	var u store.Usage
+	err := c.q.QueryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(vcpus), 0), COALESCE(SUM(memory_mib), 0)
+		FROM sandboxes WHERE tenant_id = $1 AND state NOT IN ($2, $3)`,
+		tenantID, string(store.SandboxDeleted), string(store.SandboxFailed)).Scan(&u.Sandboxes, &u.VCPUs, &u.MemoryMiB)
+	if err != nil {
+		return store.Usage{}, dbErr("sandbox usage", err)
+	}
+	return u, nil
+}
+
+func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sandbox, error) {
+	return c.getSandbox(ctx, tenantID, id, "")
+}
+
+func (c *conn) getSandbox(ctx context.Context, tenantID, id, lock string) (*store.Sandbox, error) {
+	c = c.bind(ctx)
+	sb, err := scanSandbox(c.q.QueryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+		WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("sandbox", id)
+	}
+	if err != nil {
+		return nil, dbErr("get sandbox", err)
+	}
+	return sb, nil
+}
+
+func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error) {
+	q := pageQuery{what: "list sandboxes", cols: sandboxCols, table: "sandboxes", PageRequest: f.PageRequest}
+	if f.TenantID != "" {
+		q.filter("tenant_id = " + q.arg(f.TenantID))
+	}
+	if len(f.States) > 0 {
+		q.filter("state = ANY(" + q.arg(stateArgs(f.States)) + ")")
+	}
+	if len(f.ExcludeStates) > 0 {
+		q.filter("state <> ALL(" + q.arg(stateArgs(f.ExcludeStates)) + ")")
+	}
+	if f.Worker != "" {
+		q.filter("worker = " + q.arg(f.Worker))
+	}
+	if len(f.Metadata) > 0 {
+		// Containment of an object of strings: each key present with
+		// exactly that string value.
+		b, err := json.Marshal(f.Metadata)
+		if err != nil {
+			return store.Page[*store.Sandbox]{}, errdefs.New(errdefs.ErrInvalidArgument, "invalid metadata filter")
+		}
+		q.filter("metadata @> " + q.arg(string(b)) + "::jsonb")
+	}
+	return listPage(ctx, c.bind(ctx), q, scanSandbox, func(sb *store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
+}
+
+func stateArgs(states []store.SandboxState) []string {
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// TransitionSandbox locks the row, compares the state, applies mutate and
+// writes, in one transaction.
+func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from []store.SandboxState, to store.SandboxState,
+	mutate func(*store.Sandbox) error) (*store.Sandbox, error) {
+	var out *store.Sandbox
+	err := c.atomic(ctx, func(tc *conn) error {
+		sb, err := tc.getSandbox(ctx, tenantID, id, " FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if len(from) > 0 && !slices.Contains(from, sb.State) {
+			return stateConflict("sandbox", id, string(sb.State))
+		}
+		keepID, keepTenant, keepCreated := sb.ID, sb.TenantID, sb.CreatedAt
+		if mutate != nil {
+			if err := mutate(sb); err != nil {
+				return err
+			}
+		}
+		sb.ID, sb.TenantID, sb.CreatedAt = keepID, keepTenant, keepCreated
+		if to != "" {
+			sb.State = to
+		}
+		sb.UpdatedAt = now()
+		normSandbox(sb)
+		a := sandboxArgs(sb)[2:] // everything after id, tenant_id
+		a = append(a, sb.ID)
+		_, err = tc.q.Exec(ctx, `UPDATE sandboxes SET template = $1, template_digest = $2, state = $3, vcpus = $4,
+			memory_mib = $5, disk_mib = $6, env = $7, metadata = $8::jsonb, network = $9, worker = $10, timeout_seconds = $11,
+			idle_timeout_seconds = $12, created_at = $13, updated_at = $14, expires_at = $15, last_activity_at = $16,
+			last_error = $17 WHERE id = $18`, a...)
+		if err != nil {
+			return dbErr(fmt.Sprintf("update sandbox %s", id), err)
+		}
+		out = sb
+		return nil
+	})
+	return out, err
+}

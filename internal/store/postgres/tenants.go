@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+const tenantCols = `id, name, max_sandboxes, max_vcpus, max_memory_mib, created_at`
+
+func scanTenant(row pgx.Row) (*store.Tenant, error) {
+	var t store.Tenant
+	var created int64
+	if err := row.Scan(&t.ID, &t.Name, &t.Quota.MaxSandboxes, &t.Quota.MaxVCPUs, &t.Quota.MaxMemoryMiB, &created); err != nil {
+		return nil, err
+	}
+	t.CreatedAt = fromNanos(created)
+	return &t, nil
+}
+
+// CreateTenant inserts t, filling ID and CreatedAt when empty.
+func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
+	if t.Name == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "tenant name is required")
+	}
+	if t.ID == "" {
+		t.ID = store.NewID(store.PrefixTenant)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now()
+	}
+	t.CreatedAt = norm(t.CreatedAt)
+	_, err := c.exec(ctx, "create tenant", `INSERT INTO tenants (`+tenantCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
+		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, nanos(t.CreatedAt))
+	return err
+}
+
+func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) {
+	return c.getTenant(ctx, id, "")
+}
+
+// getTenant reads a tenant; lock (e.g. " FOR UPDATE") is appended to the query.
+func (c *conn) getTenant(ctx context.Context, id, lock string) (*store.Tenant, error) {
+	c = c.bind(ctx)
+	t, err := scanTenant(c.q.QueryRow(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`+lock, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("tenant", id)
+	}
+	if err != nil {
+		return nil, dbErr("get tenant", err)
+	}
+	return t, nil
+}
+
+func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant, error) {
+	c = c.bind(ctx)
+	t, err := scanTenant(c.q.QueryRow(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = $1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("tenant", name)
+	}
+	if err != nil {
+		return nil, dbErr("get tenant", err)
+	}
+	return t, nil
+}
+
+func (c *conn) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
+	return collect(ctx, c.bind(ctx), "list tenants", scanTenant, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, id`)
+}
+
+func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) error {
+	n, err := c.exec(ctx, "set quota", `UPDATE tenants SET max_sandboxes = $1, max_vcpus = $2, max_memory_mib = $3 WHERE id = $4`,
+		q.MaxSandboxes, q.MaxVCPUs, q.MaxMemoryMiB, id)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFound("tenant", id)
+	}
+	return nil
+}
+
+const keyCols = `id, tenant_id, prefix, hash, admin, created_at, revoked_at`
+
+func scanKey(row pgx.Row) (*store.APIKey, error) {
+	var k store.APIKey
+	var created int64
+	var revoked *int64
+	if err := row.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked); err != nil {
+		return nil, err
+	}
+	k.CreatedAt = fromNanos(created)
+	k.RevokedAt = timePtr(revoked)
+	return &k, nil
+}
+
+// CreateAPIKey inserts k, filling ID and CreatedAt when empty.
+func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
+	if k.TenantID == "" || k.Hash == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "an API key needs a tenant and a hash")
+	}
+	if k.ID == "" {
+		k.ID = store.NewID(store.PrefixAPIKey)
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = now()
+	}
+	k.CreatedAt = norm(k.CreatedAt)
+	k.RevokedAt = normPtr(k.RevokedAt)
+	_, err := c.exec(ctx, "create api key", `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, nanos(k.CreatedAt), nullNanos(k.RevokedAt))
+	return err
+}
+
+func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey, error) {
+	c = c.bind(ctx)
+	k, err := scanKey(c.q.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = $1`, hash))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "API key not found")
+	}
+	if err != nil {
+		return nil, dbErr("get api key", err)
+	}
+	return k, nil
+}
+
+// RevokeAPIKey marks a key revoked; revoking twice keeps the first time.
+func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
+	n, err := c.exec(ctx, "revoke api key", `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2`, nanos(now()), id)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFound("API key", id)
+	}
+	return nil
+}
+
+func (c *conn) ListAPIKeys(ctx context.Context, tenantID string) ([]*store.APIKey, error) {
+	return collect(ctx, c.bind(ctx), "list api keys", scanKey,
+		`SELECT `+keyCols+` FROM api_keys WHERE ($1 = '' OR tenant_id = $1) ORDER BY created_at, id`, tenantID)
+}

@@ -1,0 +1,147 @@
+package sqlite
+
+import (
+	"context"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// Operation leases. SQLite serves one node, so the store's clock is this
+// process's, and the one writer connection makes every claim exclusive.
+
+// leaseFree is the condition of an unfinished operation whose lease the
+// owner in the first argument may take; the second is the time now.
+const leaseFree = `state IN ('pending', 'running') AND (lease_owner = '' OR lease_owner = ? OR lease_expires_at < ?)`
+
+func validLease(owner string, ttl time.Duration) error {
+	if owner == "" || ttl <= 0 {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a lease needs an owner and a positive duration")
+	}
+	return nil
+}
+
+// ClaimOperation gives the operation to owner for ttl when its lease is free.
+func (c *conn) ClaimOperation(ctx context.Context, id, owner string, ttl time.Duration) (*store.Operation, error) {
+	if err := validLease(owner, ttl); err != nil {
+		return nil, err
+	}
+	var out *store.Operation
+	err := c.atomic(ctx, func(tc *conn) error {
+		t := now()
+		res, err := tc.wr.ExecContext(ctx, `UPDATE operations SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND `+leaseFree,
+			owner, nanos(t.Add(ttl)), id, owner, nanos(t))
+		if err != nil {
+			return dbErr("claim operation", err)
+		}
+		op, err := tc.GetOperation(ctx, store.AnyTenant, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			out = op
+			return nil
+		}
+		if op.State.Terminal() {
+			return stateConflict("operation", id, string(op.State))
+		}
+		return errdefs.New(errdefs.ErrConflict, "operation %s is held by another control replica", id).
+			WithDetails(map[string]any{"state": string(op.State)})
+	})
+	return out, err
+}
+
+// RenewOperationLeases extends owner's leases of ids and returns those it holds.
+func (c *conn) RenewOperationLeases(ctx context.Context, owner string, ids []string, ttl time.Duration) ([]string, error) {
+	if err := validLease(owner, ttl); err != nil {
+		return nil, err
+	}
+	held := []string{}
+	if len(ids) == 0 {
+		return held, nil
+	}
+	err := c.atomic(ctx, func(tc *conn) error {
+		t := now()
+		for start := 0; start < len(ids); start += renewChunk {
+			chunk := ids[start:min(start+renewChunk, len(ids))]
+			args := []any{nanos(t.Add(ttl)), owner}
+			for _, id := range chunk {
+				args = append(args, id)
+			}
+			rows, err := tc.wr.QueryContext(ctx, `UPDATE operations SET lease_expires_at = ?
+				WHERE lease_owner = ? AND state IN ('pending', 'running') AND id IN (`+placeholders(len(chunk))+`) RETURNING id`, args...)
+			if err != nil {
+				return dbErr("renew operation leases", err)
+			}
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return dbErr("renew operation leases", err)
+				}
+				held = append(held, id)
+			}
+			err = rows.Err()
+			rows.Close()
+			if err != nil {
+				return dbErr("renew operation leases", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return held, nil
+}
+
+// renewChunk bounds the ids of one statement (SQLite's variable limit).
+const renewChunk = 500
+
+// ClaimExpiredOperations claims up to limit operations whose lease is free,
+// oldest first.
+func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl time.Duration, limit int) ([]*store.Operation, error) {
+	if err := validLease(owner, ttl); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "limit must be positive")
+	}
+	var out []*store.Operation
+	err := c.atomic(ctx, func(tc *conn) error {
+		t := now()
+		rows, err := tc.wr.QueryContext(ctx, `SELECT `+opCols+` FROM operations
+			WHERE state IN ('pending', 'running') AND (lease_owner = '' OR lease_expires_at < ?)
+			ORDER BY created_at, id LIMIT ?`, nanos(t), limit)
+		if err != nil {
+			return dbErr("claim expired operations", err)
+		}
+		for rows.Next() {
+			op, err := scanOp(rows)
+			if err != nil {
+				rows.Close()
+				return dbErr("claim expired operations", err)
+			}
+			out = append(out, op)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return dbErr("claim expired operations", err)
+		}
+		expires := t.Add(ttl)
+		for _, op := range out {
+			if _, err := tc.wr.ExecContext(ctx, `UPDATE operations SET lease_owner = ?, lease_expires_at = ? WHERE id = ?`,
+				owner, nanos(expires), op.ID); err != nil {
+				return dbErr("claim expired operations", err)
+			}
+			op.LeaseOwner, op.LeaseExpiresAt = owner, fromNanos(nanos(expires))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
