@@ -25,6 +25,10 @@ type Config struct {
 	Features []string
 	Accel    string // auto|kvm|tcg
 
+	// Store is empty for the SQLite file in DataDir, or the postgres:// URL
+	// of the PostgreSQL database control replicas share.
+	Store string
+
 	KernelDir   string // cache of Debian's cloud kernel (make setup fills it)
 	AgentBinary string // static space-agent; default: beside the spaced binary
 	QEMUBinary  string // default: qemu-system-x86_64 on PATH
@@ -72,6 +76,8 @@ func ParseFlags(args []string) (Config, error) {
 	fs := flag.NewFlagSet("spaced", flag.ContinueOnError)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address the API serves on")
 	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "data directory (store, keys, templates, sandboxes)")
+	fs.StringVar(&cfg.Store, "store", os.Getenv(StoreEnv), "store: empty for <data-dir>/space.db (SQLite), or a postgres:// or postgresql:// URL "+
+		"(PostgreSQL, shared by control replicas); default $"+StoreEnv+", which keeps a password off the command line")
 	var features multiFlag
 	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
 	var egressCAs multiFlag
@@ -104,6 +110,9 @@ func ParseFlags(args []string) (Config, error) {
 	}
 	if cfg.PoolSize < 0 {
 		return Config{}, fmt.Errorf("--pool-size must be 0 or more, not %d", cfg.PoolSize)
+	}
+	if err := checkStore(cfg.Store); err != nil {
+		return Config{}, err
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())

@@ -21,7 +21,6 @@ import (
 	"github.com/space-sandbox/space/internal/operation"
 	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/store"
-	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker/local"
 )
@@ -78,7 +77,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 
 	// Control plane: store, auth, operations, API.
-	db, err := sqlite.Open(filepath.Join(cfg.DataDir, "space.db"))
+	db, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
