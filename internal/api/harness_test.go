@@ -37,7 +37,10 @@ type env struct {
 	admin                      *client.Client
 }
 
-func newEnv(t testing.TB, cfg Config) *env {
+func newEnv(t testing.TB, cfg Config) *env { return newEnvWith(t, cfg, nil) }
+
+// newEnvWith is newEnv with with (when set) changing the deps first.
+func newEnvWith(t testing.TB, cfg Config, with func(*Deps)) *env {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
@@ -58,7 +61,11 @@ func newEnv(t testing.TB, cfg Config) *env {
 	au := auth.New(st, log)
 	fw := apitest.NewWorker(t)
 	apitest.RegisterBaseTemplate(t, st)
-	srv, err := New(cfg, Deps{Store: st, Ops: eng, Auth: au, Worker: fw, Logger: log, Metrics: m})
+	deps := Deps{Store: st, Ops: eng, Auth: au, Worker: fw, Logger: log, Metrics: m}
+	if with != nil {
+		with(&deps)
+	}
+	srv, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -121,8 +119,8 @@ type Deps struct {
 	Metrics *Metrics
 	// Secrets stores tenants' secrets; nil answers the secrets routes 503.
 	Secrets *secrets.Service
-	// Templates builds templates (see TemplateDeps).
-	Templates TemplateDeps
+	// Templates builds templates (see sandbox.TemplateDeps).
+	Templates sandbox.TemplateDeps
 }
 
 // Server serves the API. It is an http.Handler.
@@ -135,12 +133,9 @@ type Server struct {
 	worker   worker.Worker
 	secrets  *secrets.Service
 	logger   *slog.Logger
-	// templates builds templates; buildLogs keeps their logs.
-	templates TemplateDeps
-	buildLogs *buildLogs
-	metrics   *Metrics
-	handler   http.Handler
-	routes    []route
+	metrics  *Metrics
+	handler  http.Handler
+	routes   []route
 	// svc is the control-plane domain the handlers call.
 	svc *sandbox.Service
 
@@ -173,20 +168,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg: cfg, features: features,
 		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker, secrets: deps.Secrets,
 		logger: deps.Logger, metrics: deps.Metrics,
-		templates: deps.Templates,
 	}
-	if s.templates.LogDir == "" {
-		s.templates.LogDir = filepath.Join(os.TempDir(), "space-build-logs")
-	}
-	s.buildLogs = &buildLogs{dir: s.templates.LogDir}
-	s.svc, err = sandbox.New(sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID})
+	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB},
+		sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID, Templates: deps.Templates})
 	if err != nil {
 		return nil, err
 	}
 	for typ, h := range s.svc.Handlers() {
 		s.ops.Register(typ, recorded(h))
 	}
-	s.ops.Register(store.OpTemplateBuild, s.runTemplateBuild)
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
 		s.routes = append(s.routes, rt)
@@ -335,6 +325,13 @@ func (s *Server) refreshSandboxGauge(ctx context.Context) {
 	}
 }
 
+// TemplateDeps build templates (see sandbox.TemplateDeps).
+type TemplateDeps = sandbox.TemplateDeps
+
+// ReconcileTemplates marks failed the template builds a restart interrupted
+// (see sandbox.Service.ReconcileTemplates).
+func (s *Server) ReconcileTemplates(ctx context.Context) error { return s.svc.ReconcileTemplates(ctx) }
+
 // Reconcile makes the store and the worker agree after a start: run it after
 // the operation engine's Recover (see sandbox.Service.Reconcile).
 func (s *Server) Reconcile(ctx context.Context) error { return s.svc.Reconcile(ctx) }
@@ -392,6 +389,8 @@ func recorded(h operation.Handler) operation.Handler {
 			return out, nil
 		case *store.Checkpoint:
 			return toCheckpoint(v), nil
+		case sandbox.BuildResult:
+			return buildResult{Template: toTemplate(v.Template), Warnings: v.Warnings}, nil
 		}
 		return v, nil
 	}

@@ -188,18 +188,8 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.New(errdefs.ErrConflict, msg, ref, use.Sandboxes, use.Checkpoints).
 			WithDetails(map[string]any{"sandboxes": use.Sandboxes, "checkpoints": use.Checkpoints})
 	}
-	// Files first: a failure leaves the rows, so the delete can be retried.
-	if s.templates.Builder != nil {
-		if err := s.templates.Builder.Delete(ctx, ref); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
-			return err
-		}
-	}
-	s.forgetTemplate(ctx, ref)
-	for _, t := range doomed {
-		if err := s.store.DeleteTemplate(ctx, t.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
-			return err
-		}
-		s.removeBuildLogs(ctx, t.ID)
+	if err := s.svc.DeleteTemplate(ctx, ref, doomed); err != nil {
+		return err
 	}
 	s.log(r).Info("template deleted", "template", ref, "builds", len(doomed), "force", force,
 		"sandboxes", use.Sandboxes, "checkpoints", use.Checkpoints)
@@ -223,38 +213,9 @@ func (s *Server) templateBuildLog(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return notFoundAs(err, "operation", id)
 	}
-	var params buildParams
+	var params sandbox.BuildParams
 	if op.Type != store.OpTemplateBuild || json.Unmarshal(op.Params, &params) != nil || params.Request.Name != name {
 		return notFound
 	}
 	return s.streamBuildLog(w, r, op, after)
-}
-
-// forgetTemplate has the worker drop its ready snapshots of ref, whose files
-// are gone. A failure only leaves a cache entry behind (the worker prunes it
-// at its next start), so it is logged, not answered.
-func (s *Server) forgetTemplate(ctx context.Context, ref string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-	defer cancel()
-	if err := s.worker.ForgetTemplate(ctx, ref); err != nil {
-		s.logger.Warn("worker kept ready snapshots of a deleted template", "template", ref, "err", err)
-	}
-}
-
-// removeBuildLogs deletes the logs of the build operations of template
-// build id. A failure leaves a log for the age-based prune.
-func (s *Server) removeBuildLogs(ctx context.Context, id string) {
-	ops, err := s.store.ListOperations(ctx, store.OperationFilter{TenantID: store.AnyTenant, Target: id})
-	if err != nil {
-		s.logger.Warn("list the build operations of a deleted template", "template_build", id, "err", err)
-		return
-	}
-	for _, op := range ops.Items {
-		if op.Type != store.OpTemplateBuild {
-			continue
-		}
-		if err := s.buildLogs.remove(op.ID); err != nil {
-			s.logger.Warn("remove the build log of a deleted template", "template_build", id, "op", op.ID, "err", err)
-		}
-	}
 }

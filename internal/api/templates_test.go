@@ -19,6 +19,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apitest"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -63,6 +64,7 @@ type tplEnv struct {
 	snap      *snapWorker
 	templates string // templates dir
 	imports   string // the source root
+	logs      string // build logs dir
 }
 
 func newTplEnv(t *testing.T) *tplEnv {
@@ -73,9 +75,8 @@ func newTplEnv(t *testing.T) *tplEnv {
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		t.Skip("template builds need mkfs.ext4 (e2fsprogs)")
 	}
-	e := newEnv(t, Config{})
 	root := t.TempDir()
-	te := &tplEnv{env: e, templates: filepath.Join(root, "templates"), imports: filepath.Join(root, "imports")}
+	te := &tplEnv{templates: filepath.Join(root, "templates"), imports: filepath.Join(root, "imports")}
 	if err := os.MkdirAll(te.imports, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +89,12 @@ func newTplEnv(t *testing.T) *tplEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Swap the deps in place: handlers read them per request.
-	e.srv.templates = TemplateDeps{Builder: b, LogDir: filepath.Join(root, "logs")}
-	e.srv.buildLogs = &buildLogs{dir: e.srv.templates.LogDir}
-	te.snap = &snapWorker{Worker: e.worker}
-	e.srv.worker = te.snap
+	te.logs = filepath.Join(root, "logs")
+	te.env = newEnvWith(t, Config{}, func(d *Deps) {
+		d.Templates = TemplateDeps{Builder: b, LogDir: te.logs}
+		te.snap = &snapWorker{Worker: d.Worker.(*apitest.Worker)}
+		d.Worker = te.snap
+	})
 	return te
 }
 
@@ -448,7 +450,7 @@ func TestTemplateBuildValidation(t *testing.T) {
 }
 
 // A build's log goes with its build; logs of builds never deleted go after
-// buildLogMaxAge, at start.
+// sandbox.BuildLogMaxAge, at start.
 func TestTemplateBuildLogPruned(t *testing.T) {
 	te := newTplEnv(t)
 	ctx := context.Background()
@@ -457,7 +459,7 @@ func TestTemplateBuildLogPruned(t *testing.T) {
 	if op.State != apiv1.OpSucceeded {
 		t.Fatalf("build: %s %+v", op.State, op.Error)
 	}
-	logs := te.srv.templates.LogDir
+	logs := te.logs
 	logOf := filepath.Join(logs, res.Operation.ID+".log")
 	if _, err := os.Stat(logOf); err != nil {
 		t.Fatalf("build log: %v", err)
@@ -475,7 +477,7 @@ func TestTemplateBuildLogPruned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	past := time.Now().Add(-buildLogMaxAge - time.Hour)
+	past := time.Now().Add(-sandbox.BuildLogMaxAge - time.Hour)
 	if err := os.Chtimes(old, past, past); err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +485,7 @@ func TestTemplateBuildLogPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(old); !os.IsNotExist(err) {
-		t.Fatalf("log older than %s kept: %v", buildLogMaxAge, err)
+		t.Fatalf("log older than %s kept: %v", sandbox.BuildLogMaxAge, err)
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Fatalf("recent log removed: %v", err)

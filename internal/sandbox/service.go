@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -18,6 +20,14 @@ import (
 // context is cancelled.
 const teardownTimeout = 2 * time.Minute
 
+// Config is the service's behaviour. Zero values take the documented
+// defaults.
+type Config struct {
+	// Sizes of a template's ready snapshot when its defaults name none.
+	DefaultVCPUs     int // default 1
+	DefaultMemoryMiB int // default 256
+}
+
 // Deps are the parts the service drives.
 type Deps struct {
 	Store  store.Store
@@ -27,6 +37,9 @@ type Deps struct {
 	// RequestID names the request a context belongs to, for logs (nil:
 	// none).
 	RequestID func(ctx context.Context) string
+	// Templates builds templates (see TemplateDeps); LogDir defaults to
+	// <tmp>/space-build-logs.
+	Templates TemplateDeps
 }
 
 // Service moves sandboxes through their state machine on a worker: it runs
@@ -34,6 +47,7 @@ type Deps struct {
 // store and the worker agreeing (Reconcile, Run), suspends idle sandboxes,
 // deletes expired ones, and keeps command sessions.
 type Service struct {
+	cfg       Config
 	store     store.Store
 	ops       *operation.Engine
 	worker    worker.Worker
@@ -43,12 +57,15 @@ type Service struct {
 	life *lifecycleState
 	// cmdLocks serialises the start of a command (first attach).
 	cmdLocks keylock.Map
+	// templates builds templates; buildLogs keeps their logs.
+	templates TemplateDeps
+	buildLogs *buildLogs
 }
 
 // New builds the service. Register its Handlers with the operation engine
 // (converting their results for the record), then run Reconcile after the
 // engine's Recover, and Run for exit watching and expiry.
-func New(deps Deps) (*Service, error) {
+func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Store == nil || deps.Ops == nil || deps.Worker == nil {
 		return nil, fmt.Errorf("sandbox: Store, Ops and Worker are required")
 	}
@@ -58,8 +75,18 @@ func New(deps Deps) (*Service, error) {
 	if deps.RequestID == nil {
 		deps.RequestID = func(context.Context) string { return "" }
 	}
-	return &Service{store: deps.Store, ops: deps.Ops, worker: deps.Worker, logger: deps.Logger,
-		requestID: deps.RequestID, life: newLifecycleState()}, nil
+	if cfg.DefaultVCPUs <= 0 {
+		cfg.DefaultVCPUs = 1
+	}
+	if cfg.DefaultMemoryMiB <= 0 {
+		cfg.DefaultMemoryMiB = 256
+	}
+	if deps.Templates.LogDir == "" {
+		deps.Templates.LogDir = filepath.Join(os.TempDir(), "space-build-logs")
+	}
+	return &Service{cfg: cfg, store: deps.Store, ops: deps.Ops, worker: deps.Worker, logger: deps.Logger,
+		requestID: deps.RequestID, life: newLifecycleState(),
+		templates: deps.Templates, buildLogs: &buildLogs{dir: deps.Templates.LogDir}}, nil
 }
 
 // Status is a sandbox with what its worker reported of it (nil when it did
@@ -69,9 +96,10 @@ type Status struct {
 	Worker  *worker.SandboxStatus
 }
 
-// Handlers are the operation handlers of the sandbox verbs. Their results
-// are domain values: a *store.Sandbox (create, branch, delete), a Status
-// (pause, suspend, wake, restore) or a *store.Checkpoint (checkpoint).
+// Handlers are the operation handlers of the sandbox verbs and of template
+// builds. Their results are domain values: a *store.Sandbox (create,
+// branch, delete), a Status (pause, suspend, wake, restore), a
+// *store.Checkpoint (checkpoint) or a BuildResult (template_build).
 func (s *Service) Handlers() map[store.OperationType]operation.Handler {
 	return map[store.OperationType]operation.Handler{
 		store.OpCreate: s.runCreate,
@@ -86,8 +114,9 @@ func (s *Service) Handlers() map[store.OperationType]operation.Handler {
 		store.OpWake: s.runTransition(RuleOf(Wake), func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
 			return s.worker.WakeSandbox(ctx, op.Target)
 		}),
-		store.OpRestore:    s.runTransition(RuleOf(Restore), s.restoreOnWorker),
-		store.OpCheckpoint: s.runCheckpoint,
+		store.OpRestore:       s.runTransition(RuleOf(Restore), s.restoreOnWorker),
+		store.OpCheckpoint:    s.runCheckpoint,
+		store.OpTemplateBuild: s.runTemplateBuild,
 	}
 }
 

@@ -43,7 +43,7 @@ func newDomain(t *testing.T) *domain {
 		eng.Close(ctx)
 	})
 	fw := apitest.NewWorker(t)
-	svc, err := New(Deps{Store: st, Ops: eng, Worker: fw, Logger: log})
+	svc, err := New(Config{}, Deps{Store: st, Ops: eng, Worker: fw, Logger: log, Templates: TemplateDeps{LogDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
