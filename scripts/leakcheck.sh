@@ -19,10 +19,23 @@ tmp=${TMPDIR:-/tmp}
 leaks=()
 
 for p in /proc/[0-9]*; do
-  cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+  cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
   # A jailed VMM's argv[0] is <its state dir>/qemu-system-x86_64.
   case $cmd in
     *qemu-system*"$tmp"/* | "$tmp"/*qemu-system*) leaks+=("VMM process ${p#/proc/}: ${cmd:0:160}") ;;
+  esac
+done
+# Servers the tests start (PostgreSQL, etcd, the Kubernetes binary, the S3
+# server) keep their data in the temp dir.
+for p in /proc/[0-9]*; do
+  exe=$(readlink "$p/exe" 2>/dev/null) || continue
+  case ${exe##*/} in
+    postgres | etcd | kube | weed) ;;
+    *) continue ;;
+  esac
+  cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+  case $cmd in
+    *"$tmp"/*) leaks+=("server process ${p#/proc/} (${exe##*/}): ${cmd:0:160}") ;;
   esac
 done
 # VMM jails (internal/jail): a cgroup per VMM under a space-vmm parent
@@ -66,4 +79,4 @@ if [ ${#leaks[@]} -gt 0 ]; then
   printf '  %s\n' "${leaks[@]}"
   exit 1
 fi
-echo "leak check: nothing left behind (VMM processes, VMM cgroups and ids, mounts, loop devices, network namespaces)"
+echo "leak check: nothing left behind (VMM processes, test servers, VMM cgroups and ids, mounts, loop devices, network namespaces)"
