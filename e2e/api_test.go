@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // shared is one server and one running sandbox that the API tests share, so
@@ -236,18 +237,14 @@ func testCommandStdinSignal(t *testing.T, c *client, sbx apiv1.Sandbox) {
 
 func waitState(t *testing.T, c *client, sbx, cmd, want string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.Eventually(t, time.Minute, func() error {
 		var got apiv1.CommandResponse
 		c.mustDo("GET", "/v1/sandboxes/"+sbx+"/commands/"+cmd, nil, &got, 200)
-		if got.Command.State == want {
-			return
+		if got.Command.State != want {
+			return fmt.Errorf("command %s stays %s, want %s", cmd, got.Command.State, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("command %s stays %s, want %s", cmd, got.Command.State, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func testCommandTimeout(t *testing.T, c *client, sbx apiv1.Sandbox) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // Bounds of the fault suite: liveness, not performance.
@@ -294,11 +295,10 @@ func mustExec(t *testing.T, c *client, sbx, shell string) string {
 // waitNoVMMs waits (bounded) until no VMM of the data dir runs.
 func waitNoVMMs(t *testing.T, dataDir string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for len(vmmPIDs(dataDir)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("VMMs still running after every sandbox was deleted: %v", fmt.Sprint(vmmPIDs(dataDir)))
+	testenv.Eventually(t, time.Minute, func() error {
+		if pids := vmmPIDs(dataDir); len(pids) > 0 {
+			return fmt.Errorf("VMMs still running after every sandbox was deleted: %v", pids)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

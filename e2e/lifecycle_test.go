@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // counterScript counts in a background command: each tick writes the count
@@ -174,18 +175,14 @@ func TestLifecycle(t *testing.T) {
 	c.mustDo("GET", "/v1/checkpoints/"+ck.Checkpoint.ID, nil, nil, 404)
 
 	// Expiry deleted the other sandbox through a delete operation.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.Eventually(t, time.Minute, func() error {
 		var e apiv1.Sandbox
 		c.mustDo("GET", "/v1/sandboxes/"+expiring.ID, nil, &e, 200)
-		if e.State == "deleted" {
-			break
+		if e.State != "deleted" {
+			return fmt.Errorf("expired sandbox is %s", e.State)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("expired sandbox is %s", e.State)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	var ops apiv1.OperationList
 	c.mustDo("GET", "/v1/operations?target="+expiring.ID, nil, &ops, 200)
 	if len(ops.Operations) == 0 || ops.Operations[0].Type != "delete" || ops.Operations[0].State != "succeeded" {
@@ -233,16 +230,14 @@ func readCount(t *testing.T, c *client, id string) int {
 // waitCount waits until the counter reaches at least min and returns it.
 func waitCount(t *testing.T, c *client, id string, min int) int {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if n := readCount(t, c, id); n >= min {
-			return n
+	var n int
+	testenv.Eventually(t, time.Minute, func() error {
+		if n = readCount(t, c, id); n < min {
+			return fmt.Errorf("counter of %s stays below %d (it restarted or stopped)", id, min)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("counter of %s stays below %d (it restarted or stopped)", id, min)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return n
 }
 
 func putFile(t *testing.T, c *client, id, path, data string) {

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // TestCrashDuringCreate SIGKILLs spaced while a create runs. After a
@@ -17,13 +20,12 @@ func TestCrashDuringCreate(t *testing.T) {
 	var created apiv1.SandboxAndOperation
 	c.mustDo("POST", "/v1/sandboxes", map[string]any{"template": "base"}, &created, 202)
 	// Wait until the create is under way (its VMM started), then crash.
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(vmmPIDs(created.Sandbox.ID)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("create never started a VMM")
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		if len(vmmPIDs(created.Sandbox.ID)) == 0 {
+			return errors.New("create never started a VMM")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	srv.kill()
 	srv.start()
 	c = srv.client(srv.AdminKey)
@@ -77,11 +79,10 @@ func TestCrashAdoptsRunning(t *testing.T) {
 
 func waitNoVMM(t *testing.T, id string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(vmmPIDs(id)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("VMM of %s still runs: %v", id, vmmPIDs(id))
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if pids := vmmPIDs(id); len(pids) > 0 {
+			return fmt.Errorf("VMM of %s still runs: %v", id, pids)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -3,12 +3,10 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -154,27 +152,4 @@ func (s *Server) waitOperationEnd(ctx context.Context, op *store.Operation) (*st
 		return nil, fmt.Errorf("operation %s is still %s", op.ID, op.State)
 	}
 	return op, nil
-}
-
-// json writes one event value as NDJSON or SSE (id: seq when not 0).
-func (ew *eventWriter) json(v any, seq uint64) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	var buf []byte
-	if ew.sse {
-		if seq > 0 {
-			buf = append(buf, "id: "+strconv.FormatUint(seq, 10)+"\n"...)
-		}
-		buf = append(buf, "data: "...)
-		buf = append(buf, b...)
-		buf = append(buf, "\n\n"...)
-	} else {
-		buf = append(b, '\n')
-	}
-	if _, err := ew.w.Write(buf); err != nil {
-		return err
-	}
-	return ew.flush()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/testenv"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -187,13 +188,12 @@ func TestTransitionsSerialised(t *testing.T) {
 
 func (e *env) waitFor(cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatal("condition not met in 20s")
+	testenv.Eventually(e.t, 20*time.Second, func() error {
+		if !cond() {
+			return errors.New("condition not met")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestWakeDataLoss(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/testenv"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -69,9 +70,7 @@ type tplEnv struct {
 
 func newTplEnv(t *testing.T) *tplEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("template builds need root (image files keep their owners)")
-	}
+	testenv.RequireRoot(t, "template builds: image files keep their owners")
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		t.Skip("template builds need mkfs.ext4 (e2fsprogs)")
 	}

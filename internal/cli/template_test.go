@@ -20,15 +20,14 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // templateServer is server with a real template builder whose source root
 // is the returned dir.
 func templateServer(t *testing.T) (url, key, imports string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("template builds need root (image files keep their owners)")
-	}
+	testenv.RequireRoot(t, "template builds: image files keep their owners")
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		t.Skip("template builds need mkfs.ext4 (e2fsprogs)")
 	}

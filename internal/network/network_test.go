@@ -14,13 +14,12 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 func requireNetAdmin(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, taps, nftables)")
-	}
+	testenv.RequireRoot(t, "network namespaces, taps, nftables")
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skip("needs /dev/net/tun")
 	}

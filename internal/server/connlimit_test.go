@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // TestLimitPerClient: a client holding the bound of open connections gets
@@ -68,13 +70,12 @@ func TestLimitPerClient(t *testing.T) {
 
 	held[0].Close()
 	// The slot comes back once the server has seen the close: bounded.
-	deadline := time.Now().Add(10 * time.Second)
-	for !served(dial()) {
-		if time.Now().After(deadline) {
-			t.Fatal("no slot after a held connection closed")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !served(dial()) {
+			return errors.New("no slot after a held connection closed")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestLimitPerClientFlag(t *testing.T) {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/storage"
+	"github.com/space-sandbox/space/internal/testenv"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -76,9 +78,7 @@ func TestShutdownReleasesVolume(t *testing.T) {
 // requireLoop skips unless this host can loop-mount a btrfs image (CI can).
 func requireLoop(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (loop-mounting a btrfs image)")
-	}
+	testenv.RequireRoot(t, "loop-mounting a btrfs image")
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
 		t.Skip("needs loop devices (/dev/loop-control)")
 	}
@@ -105,13 +105,12 @@ func mounted(t *testing.T, path string) bool {
 // autoclear loop device goes just after the unmount returns.
 func awaitNoLoop(t *testing.T, image string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(loopDevicesOf(image)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("loop devices still attached to %s: %v", image, loopDevicesOf(image))
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if devs := loopDevicesOf(image); len(devs) > 0 {
+			return fmt.Errorf("loop devices still attached to %s: %v", image, devs)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func loopDevicesOf(image string) []string {

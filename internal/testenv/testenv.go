@@ -29,12 +29,45 @@ import (
 // concurrent packages can share it): initramfs images and the accel probe.
 var CacheDir = filepath.Join(os.TempDir(), "space-test-cache")
 
+// RequireRoot skips t unless it runs as root; why says what needs it.
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root (%s)", why)
+	}
+}
+
+// pollInterval is how often Eventually asks again.
+const pollInterval = 20 * time.Millisecond
+
+// Eventually asks cond until it returns nil, and fails t with cond's last
+// error when that takes longer than within. Every wait a test makes for
+// something that happens in the background goes through it, so none is
+// unbounded and none sleeps longer than it must.
+func Eventually(t testing.TB, within time.Duration, cond func() error) {
+	t.Helper()
+	if err := poll(within, cond); err != nil {
+		t.Fatalf("not within %s: %v", within, err)
+	}
+}
+
+// poll asks cond until it returns nil (poll returns nil) or within passed
+// (poll returns cond's last error).
+func poll(within time.Duration, cond func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
 // RequireVM skips t unless this host can boot sandboxes.
 func RequireVM(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (loop mounts, VMs)")
-	}
+	RequireRoot(t, "loop mounts, VMs")
 	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
 		t.Skipf("needs %s (Debian package qemu-system-x86; run make setup)", qemu.DefaultBinary)
 	}
