@@ -6,6 +6,10 @@
 // in a terminal state: handlers' results and errors are recorded, cancel is
 // honoured, and Recover ends whatever a crash interrupted.
 //
+// Several engines (control replicas) may share one store: each holds the
+// operations it runs under a lease it renews, and takes over those whose
+// replica stopped renewing (lease.go).
+//
 // The engine knows nothing of sandboxes or HTTP: handlers do the work and
 // keep their objects' states right; the engine owns only operation records.
 package operation
@@ -42,6 +46,18 @@ type Config struct {
 	Concurrency int
 	// Registerer, when set, gets the engine's metrics.
 	Registerer prometheus.Registerer
+	// Owner names this engine in operation leases: unique among the
+	// engines sharing the store, and stable across this one's restarts (so
+	// Recover ends its leftovers at once). Default: the host name.
+	Owner string
+	// LeaseTTL is how long a lease lasts unrenewed (default
+	// DefaultLeaseTTL); leases are renewed, and expired ones of other
+	// engines taken over, every LeaseTTL/3.
+	LeaseTTL time.Duration
+	// TakenOver, when set, gets the running operations this engine ended
+	// because their engine's lease ran out, so that their targets' state
+	// can be made true (pending ones it runs itself).
+	TakenOver func(ctx context.Context, ended []*store.Operation)
 }
 
 // cancelGrace is how long Close waits for cancelled handlers to return.
@@ -53,6 +69,11 @@ type Engine struct {
 	log     *slog.Logger
 	sem     chan struct{}
 	metrics *metrics
+
+	owner     string
+	ttl       time.Duration
+	takenOver func(ctx context.Context, ended []*store.Operation)
+	loopDone  chan struct{} // closed when the lease loop has stopped
 
 	baseCtx context.Context
 	stop    context.CancelFunc
@@ -78,21 +99,33 @@ func New(cfg Config) *Engine {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{
-		store:    cfg.Store,
-		log:      log,
-		sem:      make(chan struct{}, cfg.Concurrency),
-		metrics:  newMetrics(cfg.Registerer),
-		baseCtx:  ctx,
-		stop:     cancel,
-		handlers: map[store.OperationType]Handler{},
-		queues:   map[string][]string{},
-		active:   map[string]bool{},
-		known:    map[string]bool{},
-		cancels:  map[string]context.CancelFunc{},
-		waiters:  map[string]chan struct{}{},
+	if cfg.Owner == "" {
+		cfg.Owner = defaultOwner()
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		store:     cfg.Store,
+		log:       log,
+		sem:       make(chan struct{}, cfg.Concurrency),
+		metrics:   newMetrics(cfg.Registerer),
+		owner:     cfg.Owner,
+		ttl:       cfg.LeaseTTL,
+		takenOver: cfg.TakenOver,
+		loopDone:  make(chan struct{}),
+		baseCtx:   ctx,
+		stop:      cancel,
+		handlers:  map[store.OperationType]Handler{},
+		queues:    map[string][]string{},
+		active:    map[string]bool{},
+		known:     map[string]bool{},
+		cancels:   map[string]context.CancelFunc{},
+		waiters:   map[string]chan struct{}{},
+	}
+	go e.leaseLoop()
+	return e
 }
 
 // Register sets the handler of an operation type. Register before Submit.
@@ -102,9 +135,10 @@ func (e *Engine) Register(typ store.OperationType, h Handler) {
 	e.handlers[typ] = h
 }
 
-// Submit persists op as pending and queues it. When with is not nil it runs
-// in the same transaction, before op is inserted (create the object there),
-// so the object never exists without its operation or the other way round.
+// Submit persists op as pending, leased to this engine, and queues it. When
+// with is not nil it runs in the same transaction, before op is inserted
+// (create the object there), so the object never exists without its
+// operation or the other way round.
 // Submit fills ID (when empty), State, CreatedAt and UpdatedAt; op.TenantID,
 // Type and Target must be set. It returns the stored operation.
 func (e *Engine) Submit(ctx context.Context, op *store.Operation, with func(ctx context.Context, tx store.Store) error) (*store.Operation, error) {
@@ -132,7 +166,15 @@ func (e *Engine) Submit(ctx context.Context, op *store.Operation, with func(ctx 
 				return err
 			}
 		}
-		return tx.CreateOperation(ctx, op)
+		if err := tx.CreateOperation(ctx, op); err != nil {
+			return err
+		}
+		claimed, err := tx.ClaimOperation(ctx, op.ID, e.owner, e.ttl)
+		if err != nil {
+			return err
+		}
+		op.LeaseOwner, op.LeaseExpiresAt = claimed.LeaseOwner, claimed.LeaseExpiresAt
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -285,7 +327,9 @@ func (e *Engine) Wait(ctx context.Context, tenantID, id string, timeout time.Dur
 
 // Recover ends every operation a previous process left unfinished: each
 // becomes failed with code "aborted". It skips operations this engine has
-// queued itself. It returns the operations it ended so the caller can
+// queued itself and those another live engine holds (a lease of another
+// owner not yet expired); this engine's own leases from before a restart
+// are leftovers. It returns the operations it ended so the caller can
 // reconcile their targets (the sandbox state must say what is true).
 func (e *Engine) Recover(ctx context.Context) ([]*store.Operation, error) {
 	ops, err := e.store.ListUnfinishedOperations(ctx)
@@ -300,20 +344,19 @@ func (e *Engine) Recover(ctx context.Context) ([]*store.Operation, error) {
 		if mine {
 			continue
 		}
-		done, err := e.store.TransitionOperation(ctx, op.ID, []store.OperationState{store.OpPending, store.OpRunning}, store.OpFailed,
-			func(o *store.Operation) error {
-				o.Error = &store.ErrorInfo{Code: errdefs.ErrAborted.Code(), Message: "interrupted by a server restart"}
-				return nil
-			})
-		if errdefs.ClassOf(err) == errdefs.ErrConflict {
-			continue // finished meanwhile
+		if _, err := e.store.ClaimOperation(ctx, op.ID, e.owner, e.ttl); errdefs.ClassOf(err) == errdefs.ErrConflict {
+			continue // finished meanwhile, or another engine's
+		} else if err != nil {
+			return ended, fmt.Errorf("recover operation %s: %w", op.ID, err)
 		}
+		done, err := e.abort(ctx, op.ID, "interrupted by a server restart")
 		if err != nil {
 			return ended, fmt.Errorf("recover operation %s: %w", op.ID, err)
 		}
+		if done == nil {
+			continue // finished or taken meanwhile
+		}
 		e.log.WarnContext(ctx, "operation aborted by restart", "op", op.ID, "type", op.Type, "target", op.Target)
-		e.metrics.finished(done.Type, done.State)
-		e.notify(op.ID)
 		ended = append(ended, done)
 	}
 	return ended, nil
@@ -331,9 +374,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	select {
 	case <-done:
 		e.stop()
+		<-e.loopDone
 		return nil
 	case <-ctx.Done():
 		e.stop()
+		defer func() { <-e.loopDone }()
 		// Handlers get a short grace to honour the cancel and record their
 		// end; one that ignores its context is abandoned, and its operation
 		// is ended by Recover at the next start.

@@ -31,12 +31,14 @@ func (e *Engine) run(id string) {
 	e.cancels[id] = cancel
 	e.mu.Unlock()
 
-	op, err := e.store.TransitionOperation(storeCtx, id, []store.OperationState{store.OpPending}, store.OpRunning, nil)
+	// Claimed before it runs: the lease taken at submit (or take-over)
+	// must still be this engine's.
+	op, err := e.store.TransitionOperation(storeCtx, id, []store.OperationState{store.OpPending}, store.OpRunning, e.guard(nil))
 	if err != nil {
 		if errdefs.ClassOf(err) != errdefs.ErrConflict {
 			e.log.Error("start operation", "op", id, "err", err)
 		}
-		return // cancelled (or recovered) before it started
+		return // cancelled, recovered or taken over before it started
 	}
 	e.notify(id)
 
@@ -47,10 +49,10 @@ func (e *Engine) run(id string) {
 	start := time.Now()
 	report := func(_ context.Context, step string, percent int) {
 		_, err := e.store.TransitionOperation(storeCtx, id, []store.OperationState{store.OpRunning}, "",
-			func(o *store.Operation) error {
+			e.guard(func(o *store.Operation) error {
 				o.Progress = &store.Progress{Step: step, Percent: min(max(percent, 0), 100)}
 				return nil
-			})
+			}))
 		if err != nil {
 			e.log.Warn("record operation progress", "op", id, "err", err)
 			return
@@ -63,9 +65,10 @@ func (e *Engine) run(id string) {
 	fctx, fcancel := context.WithTimeout(storeCtx, finishTimeout)
 	defer fcancel()
 	to, mutate := e.outcome(ctx, op, result, herr)
-	done, err := e.store.TransitionOperation(fctx, id, []store.OperationState{store.OpRunning}, to, mutate)
+	done, err := e.store.TransitionOperation(fctx, id, []store.OperationState{store.OpRunning}, to, e.guard(mutate))
 	if err != nil {
-		// Conflict: Recover of another engine ended it already.
+		// Conflict: Recover of another engine ended it already, or another
+		// engine took it over when this one's lease ran out.
 		e.log.Error("record operation end", "op", id, "type", op.Type, "err", err)
 		return
 	}

@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		keepVolume = vmsLeftRunning(ctx, wk, log)
 		wk.Close()
 	})
-	ops := operation.New(operation.Config{Store: db, Logger: log, Registerer: metrics.Registry})
+	ops := operation.New(operation.Config{Store: db, Logger: log, Registerer: metrics.Registry, Owner: operationOwner(cfg)})
 	closers = append(closers, func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

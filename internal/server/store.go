@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/space-sandbox/space/internal/store"
@@ -47,4 +48,19 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 		return nil, fmt.Errorf("--store: %w", err)
 	}
 	return db, nil
+}
+
+// operationOwner names this process in operation leases: stable across
+// restarts (so recovery ends its own leftovers at once) and, on a shared
+// PostgreSQL store, unique among the control replicas (host and listen
+// address). A SQLite store has one replica, named after the host.
+func operationOwner(cfg Config) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "spaced"
+	}
+	if cfg.Store == "" {
+		return host
+	}
+	return host + "/" + cfg.Listen
 }

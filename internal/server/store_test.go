@@ -73,3 +73,15 @@ func TestOpenStoreBadDSN(t *testing.T) {
 		t.Fatalf("the log does not name the (redacted) store:\n%s", logs.String())
 	}
 }
+
+func TestOperationOwner(t *testing.T) {
+	single := operationOwner(Config{Listen: "127.0.0.1:8080"})
+	if single == "" || single != operationOwner(Config{Listen: "127.0.0.1:9090"}) {
+		t.Fatalf("a SQLite store's owner %q must not depend on the listen address", single)
+	}
+	a := operationOwner(Config{Store: "postgres://db/space", Listen: "127.0.0.1:8080"})
+	b := operationOwner(Config{Store: "postgres://db/space", Listen: "127.0.0.1:8081"})
+	if a == b || a != operationOwner(Config{Store: "postgres://db/space", Listen: "127.0.0.1:8080"}) {
+		t.Fatalf("replicas on one host share a store: owners %q and %q must differ and stay stable", a, b)
+	}
+}

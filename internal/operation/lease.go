@@ -1,0 +1,170 @@
+package operation
+
+import (
+	"context"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// Operation leases let several control replicas share one store. An engine
+// claims every operation it submits, in the transaction that creates it,
+// and renews the leases of all it has queued or running every LeaseTTL/3.
+// Every write it makes about an operation checks that the lease is still
+// its own, so a replica that lost one (it stalled past the lease, another
+// replica took the operation over) cannot overwrite the new owner's
+// verdict. The same loop takes over operations whose lease ran out: a
+// pending one is run here (its submit's changes are committed, so running
+// it is what its replica would have done); a running one ends failed
+// "aborted", because a handler half done on a lost replica cannot be
+// resumed, and TakenOver hands it to the caller to make its target's state
+// true. With one replica every lease is its own and nothing changes hands.
+
+// DefaultLeaseTTL is how long an operation lease lasts without renewal.
+const DefaultLeaseTTL = 30 * time.Second
+
+// takeOverBatch bounds the operations one take-over pass claims.
+const takeOverBatch = 64
+
+// defaultOwner names the engine in leases when Config.Owner is empty.
+func defaultOwner() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "spaced"
+}
+
+// guard wraps a TransitionOperation mutate so that it applies only while the
+// operation's lease is this engine's.
+func (e *Engine) guard(mutate func(*store.Operation) error) func(*store.Operation) error {
+	return func(o *store.Operation) error {
+		if o.LeaseOwner != e.owner {
+			return errdefs.New(errdefs.ErrConflict, "operation %s is held by another control replica", o.ID).
+				WithDetails(map[string]any{"state": string(o.State)})
+		}
+		if mutate == nil {
+			return nil
+		}
+		return mutate(o)
+	}
+}
+
+// leaseLoop renews this engine's leases and takes over expired ones until
+// the engine stops.
+func (e *Engine) leaseLoop() {
+	defer close(e.loopDone)
+	tick := time.NewTicker(e.ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.baseCtx.Done():
+			return
+		case <-tick.C:
+		}
+		e.renew()
+		e.takeOver()
+	}
+}
+
+// renew extends the leases of every operation this engine knows and cancels
+// the handlers of those another replica has taken.
+func (e *Engine) renew() {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.known))
+	for id := range e.known {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.baseCtx, e.ttl)
+	defer cancel()
+	held, err := e.store.RenewOperationLeases(ctx, e.owner, ids, e.ttl)
+	if err != nil {
+		e.log.Warn("renew operation leases", "count", len(ids), "err", err)
+		return
+	}
+	for _, id := range ids {
+		if slices.Contains(held, id) {
+			continue
+		}
+		op, err := e.store.GetOperation(ctx, store.AnyTenant, id)
+		if err != nil || op.LeaseOwner == e.owner {
+			continue // finished here meanwhile, or unreadable now: the next pass sees it
+		}
+		e.mu.Lock()
+		stop := e.cancels[id]
+		e.mu.Unlock()
+		if stop == nil {
+			continue // queued: its start finds the lease gone
+		}
+		e.log.Warn("operation lease lost to another control replica: cancelling its handler",
+			"op", id, "state", op.State, "owner", op.LeaseOwner)
+		stop()
+	}
+}
+
+// takeOver claims operations whose replica stopped renewing their leases.
+func (e *Engine) takeOver() {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.baseCtx, e.ttl)
+	defer cancel()
+	ops, err := e.store.ClaimExpiredOperations(ctx, e.owner, e.ttl, takeOverBatch)
+	if err != nil {
+		e.log.Warn("take over expired operations", "err", err)
+		return
+	}
+	var ended []*store.Operation
+	for _, op := range ops {
+		e.mu.Lock()
+		mine := e.known[op.ID]
+		e.mu.Unlock()
+		switch {
+		case mine: // this engine's own lease had run out; it is renewed now
+		case op.State == store.OpPending:
+			e.log.Warn("took over a pending operation of a lost control replica", "op", op.ID, "type", op.Type, "target", op.Target)
+			e.enqueue(op)
+		default:
+			done, err := e.abort(ctx, op.ID, "its control replica was lost while it ran")
+			if err != nil {
+				e.log.Error("end operation of a lost control replica", "op", op.ID, "err", err)
+				continue
+			}
+			if done != nil {
+				e.log.Warn("ended a running operation of a lost control replica", "op", op.ID, "type", op.Type, "target", op.Target)
+				ended = append(ended, done)
+			}
+		}
+	}
+	if len(ended) > 0 && e.takenOver != nil {
+		e.takenOver(ctx, ended)
+	}
+}
+
+// abort ends an unfinished operation this engine holds as failed "aborted".
+// It returns nil, nil when the operation finished or changed hands meanwhile.
+func (e *Engine) abort(ctx context.Context, id, why string) (*store.Operation, error) {
+	done, err := e.store.TransitionOperation(ctx, id, []store.OperationState{store.OpPending, store.OpRunning}, store.OpFailed,
+		e.guard(func(o *store.Operation) error {
+			o.Error = &store.ErrorInfo{Code: errdefs.ErrAborted.Code(), Message: why}
+			return nil
+		}))
+	if errdefs.ClassOf(err) == errdefs.ErrConflict {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.metrics.finished(done.Type, done.State)
+	e.notify(id)
+	return done, nil
+}
