@@ -38,26 +38,27 @@ func exitCode(ev apiv1.Event) int {
 }
 
 func execCmd(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	tty := fs.Bool("t", false, "run in a PTY and make the local terminal raw (interactive)")
-	interactive := fs.Bool("i", false, "forward local stdin to the command")
-	cwd := fs.String("cwd", "", "working directory in the sandbox")
-	shell := fs.String("shell", "", "run this /bin/sh -c script instead of ARGV")
-	timeout := fs.Int("timeout", 0, "kill the command after SECONDS")
-	asJSON := fs.Bool("json", false, "print the API events as NDJSON")
+	var tty *bool
+	var interactive *bool
+	var cwd *string
+	var shell *string
+	var timeout *int
 	envs := kv{}
-	fs.Var(envs, "env", "K=V environment (repeatable)")
-	pos, argv, err := parse(fs, args)
+	cl, err := start("exec", args, func(fs *flag.FlagSet) {
+		tty = fs.Bool("t", false, "run in a PTY and make the local terminal raw (interactive)")
+		interactive = fs.Bool("i", false, "forward local stdin to the command")
+		cwd = fs.String("cwd", "", "working directory in the sandbox")
+		shell = fs.String("shell", "", "run this /bin/sh -c script instead of ARGV")
+		timeout = fs.Int("timeout", 0, "kill the command after SECONDS")
+		fs.Var(envs, "env", "K=V environment (repeatable)")
+	})
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(pos, 1, "exec ID -- ARGV..."); err != nil {
-		return err
-	}
-	if len(argv) == 0 && *shell == "" {
+	if len(cl.rest) == 0 && *shell == "" {
 		return usagef("want exec ID -- ARGV... (or --shell SCRIPT)")
 	}
-	req := apiv1.CreateCommandRequest{Argv: argv, Shell: *shell, Cwd: *cwd, TimeoutSeconds: *timeout, Stdin: *interactive || *tty}
+	req := apiv1.CreateCommandRequest{Argv: cl.rest, Shell: *shell, Cwd: *cwd, TimeoutSeconds: *timeout, Stdin: *interactive || *tty}
 	if len(envs) > 0 {
 		req.Env = envs
 	}
@@ -78,7 +79,7 @@ func execCmd(ctx context.Context, args []string, env *Env) error {
 	if err != nil {
 		return err
 	}
-	sbx := pos[0]
+	sbx := cl.pos[0]
 	cmd, err := c.CreateCommand(ctx, sbx, req)
 	if err != nil {
 		return err
@@ -96,7 +97,7 @@ func execCmd(ctx context.Context, args []string, env *Env) error {
 	if req.Stdin {
 		go forwardStdin(ctx, c, sbx, cmd.ID, env.Stdin, env.Stderr)
 	}
-	ev, err := follow(ctx, c, sbx, cmd.ID, env, *asJSON)
+	ev, err := follow(ctx, c, sbx, cmd.ID, env, cl.json)
 	if err != nil {
 		return err
 	}

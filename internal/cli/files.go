@@ -21,14 +21,11 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(append([]byte(nil), b...)) }
 
 func filesPut(ctx context.Context, args []string, env *Env) error {
-	fset := flag.NewFlagSet("files put", flag.ContinueOnError)
-	mode := fset.String("mode", "", "octal permission bits of the file (default 0644)")
-	asJSON := fset.Bool("json", false, "print JSON")
-	pos, _, err := parse(fset, args)
+	var mode *string
+	cl, err := start("files put", args, func(fs *flag.FlagSet) {
+		mode = fs.String("mode", "", "octal permission bits of the file (default 0644)")
+	})
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 3, "files put ID LOCAL REMOTE"); err != nil {
 		return err
 	}
 	var m uint64
@@ -41,7 +38,7 @@ func filesPut(ctx context.Context, args []string, env *Env) error {
 	if err != nil {
 		return err
 	}
-	sbx, local, remote := pos[0], pos[1], pos[2]
+	sbx, local, remote := cl.pos[0], cl.pos[1], cl.pos[2]
 	if local != "-" {
 		if st, err := os.Stat(local); err == nil && st.IsDir() {
 			pr, pw := io.Pipe()
@@ -49,7 +46,7 @@ func filesPut(ctx context.Context, args []string, env *Env) error {
 			if err := c.PutTar(ctx, sbx, remote, pr); err != nil {
 				return err
 			}
-			if *asJSON {
+			if cl.json {
 				return printJSON(env.Stdout, map[string]string{"path": remote, "format": "tar"})
 			}
 			return nil
@@ -68,7 +65,7 @@ func filesPut(ctx context.Context, args []string, env *Env) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if cl.json {
 		return printJSON(env.Stdout, info)
 	}
 	return nil
@@ -121,14 +118,14 @@ func writeTar(w io.Writer, dir string) error {
 }
 
 func filesGet(ctx context.Context, args []string, env *Env) error {
-	fset := flag.NewFlagSet("files get", flag.ContinueOnError)
-	asTar := fset.Bool("tar", false, "fetch a directory as a tar stream")
-	fset.Bool("json", false, "accepted for uniformity; file contents are raw")
-	pos, _, err := parse(fset, args)
+	var asTar *bool
+	cl, err := start("files get", args, func(fs *flag.FlagSet) {
+		asTar = fs.Bool("tar", false, "fetch a directory as a tar stream")
+	})
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 && len(pos) != 3 {
+	if len(cl.pos) != 2 && len(cl.pos) != 3 {
 		return usagef("want files get ID REMOTE [LOCAL]")
 	}
 	c, err := env.client()
@@ -137,17 +134,17 @@ func filesGet(ctx context.Context, args []string, env *Env) error {
 	}
 	var rc io.ReadCloser
 	if *asTar {
-		rc, err = c.GetTar(ctx, pos[0], pos[1])
+		rc, err = c.GetTar(ctx, cl.pos[0], cl.pos[1])
 	} else {
-		rc, err = c.GetFile(ctx, pos[0], pos[1])
+		rc, err = c.GetFile(ctx, cl.pos[0], cl.pos[1])
 	}
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	out := env.Stdout
-	if len(pos) == 3 && pos[2] != "-" {
-		f, err := os.Create(pos[2])
+	if len(cl.pos) == 3 && cl.pos[2] != "-" {
+		f, err := os.Create(cl.pos[2])
 		if err != nil {
 			return err
 		}
@@ -159,24 +156,19 @@ func filesGet(ctx context.Context, args []string, env *Env) error {
 }
 
 func filesLs(ctx context.Context, args []string, env *Env) error {
-	fset := flag.NewFlagSet("files ls", flag.ContinueOnError)
-	asJSON := fset.Bool("json", false, "print JSON")
-	pos, _, err := parse(fset, args)
+	cl, err := start("files ls", args, nil)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 2, "files ls ID PATH"); err != nil {
 		return err
 	}
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
-	entries, err := c.ListFiles(ctx, pos[0], pos[1])
+	entries, err := c.ListFiles(ctx, cl.pos[0], cl.pos[1])
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if cl.json {
 		return printJSON(env.Stdout, entries)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)

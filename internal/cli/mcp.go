@@ -21,14 +21,13 @@ import (
 // else is written to stdout) or, with --http, over streamable HTTP where
 // every caller authenticates with its own SPACE key.
 func mcpCmd(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	addr := fs.String("http", "", "serve the streamable HTTP transport on ADDR (host:port) instead of stdio")
-	verbose := fs.Bool("v", false, "log each failed tool call to stderr")
-	pos, _, err := parse(fs, args)
+	var addr *string
+	var verbose *bool
+	_, err := start("mcp", args, func(fs *flag.FlagSet) {
+		addr = fs.String("http", "", "serve the streamable HTTP transport on ADDR (host:port) instead of stdio")
+		verbose = fs.Bool("v", false, "log each failed tool call to stderr")
+	})
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "mcp [--http ADDR]"); err != nil {
 		return err
 	}
 	level := slog.LevelWarn

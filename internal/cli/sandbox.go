@@ -13,23 +13,18 @@ import (
 )
 
 func sandboxCreate(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("sandbox create", flag.ContinueOnError)
 	var req apiv1.CreateSandboxRequest
-	fs.StringVar(&req.Template, "template", "base", "template name[@sha256:digest]")
-	fs.IntVar(&req.VCPUs, "vcpus", 0, "vCPUs")
-	fs.IntVar(&req.MemoryMiB, "memory-mib", 0, "memory in MiB")
-	fs.IntVar(&req.DiskMiB, "disk-mib", 0, "root disk in MiB")
-	fs.IntVar(&req.TimeoutSeconds, "timeout", 0, "time to live in seconds")
 	envs, meta := kv{}, kv{}
-	fs.Var(envs, "env", "K=V environment of every command (repeatable)")
-	fs.Var(meta, "metadata", "K=V metadata (repeatable)")
-	noWait := fs.Bool("no-wait", false, "return once the creation is accepted")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parse(fs, args)
+	cl, err := start("sandbox create", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&req.Template, "template", "base", "template name[@sha256:digest]")
+		fs.IntVar(&req.VCPUs, "vcpus", 0, "vCPUs")
+		fs.IntVar(&req.MemoryMiB, "memory-mib", 0, "memory in MiB")
+		fs.IntVar(&req.DiskMiB, "disk-mib", 0, "root disk in MiB")
+		fs.IntVar(&req.TimeoutSeconds, "timeout", 0, "time to live in seconds")
+		fs.Var(envs, "env", "K=V environment of every command (repeatable)")
+		fs.Var(meta, "metadata", "K=V metadata (repeatable)")
+	})
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no positional arguments"); err != nil {
 		return err
 	}
 	if len(envs) > 0 {
@@ -47,7 +42,7 @@ func sandboxCreate(ctx context.Context, args []string, env *Env) error {
 		return err
 	}
 	sb := &res.Sandbox
-	if !*noWait {
+	if !cl.noWait {
 		op, err := c.WaitOperation(ctx, res.Operation.ID)
 		if err != nil {
 			return err
@@ -56,13 +51,13 @@ func sandboxCreate(ctx context.Context, args []string, env *Env) error {
 			return err
 		}
 		if op.State != apiv1.OpSucceeded {
-			if *asJSON {
+			if cl.json {
 				printJSON(env.Stdout, sb)
 			}
 			return opFailure(op)
 		}
 	}
-	if *asJSON {
+	if cl.json {
 		return printJSON(env.Stdout, sb)
 	}
 	fmt.Fprintln(env.Stdout, sb.ID)
@@ -78,16 +73,13 @@ func opFailure(op *apiv1.Operation) error {
 }
 
 func sandboxList(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("sandbox list", flag.ContinueOnError)
-	state := fs.String("state", "", "only these states (comma-separated)")
+	var state *string
 	meta := kv{}
-	fs.Var(meta, "metadata", "K=V metadata match (repeatable)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parse(fs, args)
+	cl, err := start("sandbox list", args, func(fs *flag.FlagSet) {
+		state = fs.String("state", "", "only these states (comma-separated)")
+		fs.Var(meta, "metadata", "K=V metadata match (repeatable)")
+	})
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no positional arguments"); err != nil {
 		return err
 	}
 	c, err := env.client()
@@ -107,7 +99,7 @@ func sandboxList(ctx context.Context, args []string, env *Env) error {
 		}
 		f.Token = l.NextPageToken
 	}
-	if *asJSON {
+	if cl.json {
 		return printJSON(env.Stdout, all)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
@@ -120,24 +112,19 @@ func sandboxList(ctx context.Context, args []string, env *Env) error {
 }
 
 func sandboxGet(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("sandbox get", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parse(fs, args)
+	cl, err := start("sandbox get", args, nil)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, "a sandbox ID"); err != nil {
 		return err
 	}
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
-	sb, err := c.GetSandbox(ctx, pos[0])
+	sb, err := c.GetSandbox(ctx, cl.pos[0])
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if cl.json {
 		return printJSON(env.Stdout, sb)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
@@ -156,35 +143,24 @@ func sandboxGet(ctx context.Context, args []string, env *Env) error {
 }
 
 func sandboxDelete(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("sandbox delete", flag.ContinueOnError)
-	noWait := fs.Bool("no-wait", false, "return once the deletion is accepted")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parse(fs, args)
+	cl, err := start("sandbox delete", args, nil)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, "a sandbox ID"); err != nil {
 		return err
 	}
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
-	op, err := c.DeleteSandbox(ctx, pos[0])
+	op, err := c.DeleteSandbox(ctx, cl.pos[0])
 	if err != nil {
 		return err
 	}
-	return finishOp(ctx, c, env, op, *noWait, *asJSON)
+	return finishOp(ctx, c, env, op, cl.noWait, cl.json)
 }
 
 func opGet(ctx context.Context, args []string, env *Env, wait bool) error {
-	fs := flag.NewFlagSet("op", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parse(fs, args)
+	cl, err := start("op", args, nil)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, "an operation ID"); err != nil {
 		return err
 	}
 	c, err := env.client()
@@ -193,14 +169,14 @@ func opGet(ctx context.Context, args []string, env *Env, wait bool) error {
 	}
 	var op *apiv1.Operation
 	if wait {
-		op, err = c.WaitOperation(ctx, pos[0])
+		op, err = c.WaitOperation(ctx, cl.pos[0])
 	} else {
-		op, err = c.GetOperation(ctx, pos[0], 0)
+		op, err = c.GetOperation(ctx, cl.pos[0], 0)
 	}
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if cl.json {
 		printJSON(env.Stdout, op)
 	} else {
 		fmt.Fprintf(env.Stdout, "%s %s %s %s", op.ID, op.Type, op.Target, op.State)

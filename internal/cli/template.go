@@ -26,31 +26,36 @@ func (l *strList) Set(v string) error { *l = append(*l, v); return nil }
 // templateBuild starts a build and follows it: the build log on stdout, a
 // progress bar on stderr each time the progress changes.
 func templateBuild(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("template build", flag.ContinueOnError)
-	fromOCI := fs.String("from-oci", "", "OCI image layout dir or docker-save/OCI tar on the server host")
-	image := fs.String("image", "", "registry image reference (oci)")
-	fromRootfs := fs.String("from-rootfs", "", "rootfs tar or directory on the server host")
-	suite := fs.String("debian", "", "Debian suite to build with mmdebstrap (e.g. bookworm)")
+	var fromOCI *string
+	var image *string
+	var fromRootfs *string
+	var suite *string
 	var packages strList
-	fs.Var(&packages, "package", "Debian package to install (repeatable)")
-	script := fs.String("script", "", "file with a setup script run in the image (admin keys only)")
-	recipe := fs.String("recipe", "", "JSON recipe file (the POST /v1/templates body, e.g. templates/python.json)")
+	var script *string
+	var recipe *string
 	var d apiv1.TemplateDefaults
-	fs.IntVar(&d.VCPUs, "vcpus", 0, "default vCPUs")
-	fs.IntVar(&d.MemoryMiB, "memory-mib", 0, "default memory in MiB")
-	fs.IntVar(&d.DiskMiB, "disk-mib", 0, "default root disk in MiB")
-	fs.StringVar(&d.Workdir, "workdir", "", "default working directory of commands")
-	fs.StringVar(&d.User, "user", "", "default user of commands")
 	envs := kv{}
-	fs.Var(envs, "env", "K=V default environment (repeatable)")
-	noCache := fs.Bool("no-cache", false, "rebuild even when the inputs are unchanged")
-	noWait := fs.Bool("no-wait", false, "return once the build is accepted")
-	asJSON := fs.Bool("json", false, "print the built template as JSON")
-	pos, _, err := parse(fs, args)
+	var noCache *bool
+	cl, err := start("template build", args, func(fs *flag.FlagSet) {
+		fromOCI = fs.String("from-oci", "", "OCI image layout dir or docker-save/OCI tar on the server host")
+		image = fs.String("image", "", "registry image reference (oci)")
+		fromRootfs = fs.String("from-rootfs", "", "rootfs tar or directory on the server host")
+		suite = fs.String("debian", "", "Debian suite to build with mmdebstrap (e.g. bookworm)")
+		fs.Var(&packages, "package", "Debian package to install (repeatable)")
+		script = fs.String("script", "", "file with a setup script run in the image (admin keys only)")
+		recipe = fs.String("recipe", "", "JSON recipe file (the POST /v1/templates body, e.g. templates/python.json)")
+		fs.IntVar(&d.VCPUs, "vcpus", 0, "default vCPUs")
+		fs.IntVar(&d.MemoryMiB, "memory-mib", 0, "default memory in MiB")
+		fs.IntVar(&d.DiskMiB, "disk-mib", 0, "default root disk in MiB")
+		fs.StringVar(&d.Workdir, "workdir", "", "default working directory of commands")
+		fs.StringVar(&d.User, "user", "", "default user of commands")
+		fs.Var(envs, "env", "K=V default environment (repeatable)")
+		noCache = fs.Bool("no-cache", false, "rebuild even when the inputs are unchanged")
+	})
 	if err != nil {
 		return err
 	}
-	if len(pos) > 1 || (len(pos) == 0 && *recipe == "") {
+	if len(cl.pos) > 1 || (len(cl.pos) == 0 && *recipe == "") {
 		return usagef("want template build NAME (--from-oci PATH | --image REF | --from-rootfs PATH | --debian SUITE | --recipe FILE)")
 	}
 	var req apiv1.CreateTemplateRequest
@@ -98,8 +103,8 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 		}
 		req.Source.Script = string(b)
 	}
-	if len(pos) == 1 {
-		req.Name = pos[0]
+	if len(cl.pos) == 1 {
+		req.Name = cl.pos[0]
 	}
 	if len(envs) > 0 {
 		d.Env = envs
@@ -119,15 +124,15 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 	if err != nil {
 		return err
 	}
-	if *noWait {
-		if *asJSON {
+	if cl.noWait {
+		if cl.json {
 			return printJSON(env.Stdout, res)
 		}
 		fmt.Fprintf(env.Stdout, "building %s (%s), operation %s\n", req.Name, res.Template.ID, res.Operation.ID)
 		return nil
 	}
 	logOut := env.Stdout
-	if *asJSON {
+	if cl.json {
 		logOut = env.Stderr
 	}
 	op, err := followBuild(ctx, c, req.Name, res.Operation.ID, logOut, env.Stderr)
@@ -145,7 +150,7 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if cl.json {
 		return printJSON(env.Stdout, t)
 	}
 	fmt.Fprintf(env.Stdout, "built %s@%s (%s)\n", t.Name, t.Digest, mib(t.SizeBytes))
@@ -292,13 +297,8 @@ func bar(percent int, step string) string {
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 
 func templateList(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("template list", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, _, err := parse(fs, args)
+	cl, err := start("template list", args, nil)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no positional arguments"); err != nil {
 		return err
 	}
 	c, err := env.client()
@@ -309,7 +309,7 @@ func templateList(ctx context.Context, args []string, env *Env) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if cl.json {
 		return printJSON(env.Stdout, list)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
@@ -332,20 +332,15 @@ func shortDigest(d string) string {
 }
 
 func templateGet(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("template get", flag.ContinueOnError)
-	fs.Bool("json", true, "print JSON (always)")
-	pos, _, err := parse(fs, args)
+	cl, err := start("template get", args, nil)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, "template get NAME[@sha256:DIGEST]"); err != nil {
 		return err
 	}
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
-	t, err := c.GetTemplate(ctx, pos[0])
+	t, err := c.GetTemplate(ctx, cl.pos[0])
 	if err != nil {
 		return err
 	}
@@ -353,19 +348,16 @@ func templateGet(ctx context.Context, args []string, env *Env) error {
 }
 
 func templateDelete(ctx context.Context, args []string, env *Env) error {
-	fs := flag.NewFlagSet("template delete", flag.ContinueOnError)
-	force := fs.Bool("force", false, "delete even while sandboxes or checkpoints use it")
-	fs.Bool("json", false, "accepted for symmetry; prints nothing")
-	pos, _, err := parse(fs, args)
+	var force *bool
+	cl, err := start("template delete", args, func(fs *flag.FlagSet) {
+		force = fs.Bool("force", false, "delete even while sandboxes or checkpoints use it")
+	})
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, "template delete NAME[@sha256:DIGEST]"); err != nil {
 		return err
 	}
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
-	return c.DeleteTemplate(ctx, pos[0], *force)
+	return c.DeleteTemplate(ctx, cl.pos[0], *force)
 }
