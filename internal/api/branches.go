@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
-	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -62,9 +60,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 		exp := now.Add(time.Duration(v.TimeoutSeconds) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	raw, _ := json.Marshal(sandbox.CheckpointParams{Checkpoint: ck.ID})
-	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpBranch, Target: sb.ID, Params: raw},
-		func(ctx context.Context, tx store.Store) error { return tx.CreateSandbox(ctx, sb) })
+	op, err := s.svc.Branch(ctx, sb, ck)
 	if err != nil {
 		return err
 	}

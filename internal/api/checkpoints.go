@@ -2,18 +2,14 @@ package api
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"net/http"
-	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
-
-// checkpointRule are the states a checkpoint can be taken in.
-var checkpointRule = sandbox.RuleOf(sandbox.Checkpoint)
 
 func toCheckpoint(c *store.Checkpoint) apiv1.Checkpoint {
 	return apiv1.Checkpoint{ID: c.ID, Sandbox: c.SandboxID, Name: c.Name, Parent: c.Parent, State: string(c.State),
@@ -58,30 +54,7 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := checkpointRule.Check(sb); err != nil {
-		return err
-	}
-	ctx := r.Context()
-	parent, err := s.svc.Origin(ctx, sb.ID)
-	if err != nil {
-		return err
-	}
-	ck := &store.Checkpoint{ID: store.NewID(store.PrefixCheckpoint), TenantID: sb.TenantID, SandboxID: sb.ID,
-		Name: req.Name, Parent: parent, State: store.CheckpointCreating, Template: sb.Template,
-		TemplateDigest: sb.TemplateDigest, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, DiskMiB: sb.DiskMiB,
-		Worker: sb.Worker, CreatedAt: time.Now().UTC()}
-	raw, _ := json.Marshal(sandbox.CheckpointParams{Checkpoint: ck.ID})
-	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpCheckpoint, Target: sb.ID, Params: raw},
-		func(ctx context.Context, tx store.Store) error {
-			cur, err := tx.GetSandbox(ctx, sb.TenantID, sb.ID)
-			if err != nil {
-				return err
-			}
-			if err := checkpointRule.Check(cur); err != nil {
-				return err
-			}
-			return tx.CreateCheckpoint(ctx, ck)
-		})
+	ck, op, err := s.svc.Checkpoint(r.Context(), sb, req.Name)
 	if err != nil {
 		return err
 	}
@@ -161,23 +134,10 @@ func (s *Server) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ok, err := s.svc.InLineage(ctx, sb.ID, ck)
-	if err != nil {
-		return err
-	}
-	if !ok {
+	op, err := s.svc.Restore(ctx, sb, ck)
+	if errors.Is(err, sandbox.ErrNotInLineage) {
 		return invalid(map[string]string{"checkpoint": "must be a checkpoint of this sandbox or of a sandbox it was branched from"})
 	}
-	// The sandbox takes the checkpoint's size: what it grows by must fit
-	// the tenant's quota, checked as the restore is accepted.
-	growth := func(ctx context.Context, tx store.Store, cur *store.Sandbox) error {
-		extra := store.Usage{VCPUs: max(0, ck.VCPUs-cur.VCPUs), MemoryMiB: max(0, ck.MemoryMiB-cur.MemoryMiB)}
-		if extra == (store.Usage{}) {
-			return nil
-		}
-		return tx.CheckQuota(ctx, cur.TenantID, extra)
-	}
-	op, err := s.svc.SubmitOnChecked(ctx, sb, store.OpRestore, restoreRule.From, sandbox.CheckpointParams{Checkpoint: ck.ID}, growth)
 	if err != nil {
 		return err
 	}

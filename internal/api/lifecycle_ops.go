@@ -15,7 +15,6 @@ var (
 	pauseRule   = sandbox.RuleOf(sandbox.Pause)
 	suspendRule = sandbox.RuleOf(sandbox.Suspend)
 	wakeRule    = sandbox.RuleOf(sandbox.Wake)
-	restoreRule = sandbox.RuleOf(sandbox.Restore)
 )
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {

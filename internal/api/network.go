@@ -11,7 +11,6 @@ import (
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
-	"github.com/space-sandbox/space/internal/store"
 )
 
 // featureNetworkLog gates GET /v1/sandboxes/{id}/network/log.
@@ -85,19 +84,9 @@ func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := networkRule.Check(sb); err != nil {
-		return err
-	}
-	ctx := r.Context()
-	if err := s.worker.SetNetworkPolicy(ctx, sb.ID, policy); err != nil {
-		return fieldsOf(err)
-	}
-	sb, err = s.store.TransitionSandbox(ctx, sb.TenantID, sb.ID, networkRule.From, "", func(sb *store.Sandbox) error {
-		sb.Network = policy
-		return nil
-	})
+	sb, err = s.svc.SetNetwork(r.Context(), sb, policy)
 	if err != nil {
-		return err
+		return fieldsOf(err)
 	}
 	s.log(r).Info("sandbox network policy replaced", "sandbox", sb.ID)
 	writeJSON(w, http.StatusOK, toSandbox(sb))

@@ -174,8 +174,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		exp := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
 		sb.ExpiresAt = &exp
 	}
-	op, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpCreate, Target: sb.ID},
-		func(ctx context.Context, tx store.Store) error { return tx.CreateSandbox(ctx, sb) })
+	op, err := s.svc.Create(ctx, sb)
 	if err != nil {
 		return err
 	}
@@ -279,12 +278,7 @@ func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err = s.store.TransitionSandbox(r.Context(), sb.TenantID, sb.ID, sandbox.RuleOf(sandbox.Keep).From, "", func(sb *store.Sandbox) error {
-		exp := time.Now().UTC().Add(time.Duration(req.TimeoutSeconds) * time.Second)
-		sb.ExpiresAt = &exp
-		sb.TimeoutSeconds = req.TimeoutSeconds
-		return nil
-	})
+	sb, err = s.svc.Keep(r.Context(), sb, req.TimeoutSeconds)
 	if err != nil {
 		return err
 	}
