@@ -83,7 +83,7 @@ func (c *conn) UpdateCheckpoint(ctx context.Context, id string, from []store.Che
 	mutate func(*store.Checkpoint) error) (*store.Checkpoint, error) {
 	var out *store.Checkpoint
 	err := c.atomic(ctx, func(tc *conn) error {
-		ck, err := tc.getCheckpoint(ctx, store.AnyTenant, id, " FOR UPDATE")
+		ck, err := tc.getCheckpoint(ctx, store.AnyTenant, id, " FOR NO KEY UPDATE")
 		if err != nil {
 			return err
 		}

@@ -103,7 +103,7 @@ func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.P
 func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.CommandState, mutate func(*store.Command) error) (*store.Command, error) {
 	var out *store.Command
 	err := c.atomic(ctx, func(tc *conn) error {
-		cmd, err := tc.getCommand(ctx, store.AnyTenant, "", id, " FOR UPDATE")
+		cmd, err := tc.getCommand(ctx, store.AnyTenant, "", id, " FOR NO KEY UPDATE")
 		if err != nil {
 			return err
 		}

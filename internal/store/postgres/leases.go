@@ -113,7 +113,7 @@ func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl tim
 				SELECT o.id FROM operations o, clock
 				WHERE o.state IN ('pending', 'running') AND (o.lease_owner = '' OR o.lease_expires_at < clock.ns)
 				ORDER BY o.created_at, o.id LIMIT $3
-				FOR UPDATE OF o SKIP LOCKED)
+				FOR NO KEY UPDATE OF o SKIP LOCKED)
 			UPDATE operations SET lease_owner = $1, lease_expires_at = (SELECT ns FROM clock) + $2
 			FROM free WHERE operations.id = free.id
 			RETURNING `+opColsOf("operations"), owner, ttl.Nanoseconds(), limit)

@@ -109,7 +109,7 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 	mutate func(*store.Operation) error) (*store.Operation, error) {
 	var out *store.Operation
 	err := c.atomic(ctx, func(tc *conn) error {
-		op, err := tc.getOperation(ctx, store.AnyTenant, id, " FOR UPDATE")
+		op, err := tc.getOperation(ctx, store.AnyTenant, id, " FOR NO KEY UPDATE")
 		if err != nil {
 			return err
 		}

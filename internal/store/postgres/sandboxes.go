@@ -105,7 +105,7 @@ func (c *conn) CheckQuota(ctx context.Context, tenantID string, extra store.Usag
 	c = c.bind(ctx)
 	lock := ""
 	if c.tx != nil {
-		lock = " FOR UPDATE"
+		lock = " FOR NO KEY UPDATE"
 	}
 	t, err := c.getTenant(ctx, tenantID, lock)
 	if err != nil {
@@ -207,7 +207,7 @@ func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from 
 	mutate func(*store.Sandbox) error) (*store.Sandbox, error) {
 	var out *store.Sandbox
 	err := c.atomic(ctx, func(tc *conn) error {
-		sb, err := tc.getSandbox(ctx, tenantID, id, " FOR UPDATE")
+		sb, err := tc.getSandbox(ctx, tenantID, id, " FOR NO KEY UPDATE")
 		if err != nil {
 			return err
 		}

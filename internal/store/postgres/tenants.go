@@ -43,7 +43,7 @@ func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) 
 	return c.getTenant(ctx, id, "")
 }
 
-// getTenant reads a tenant; lock (e.g. " FOR UPDATE") is appended to the query.
+// getTenant reads a tenant; lock (e.g. " FOR NO KEY UPDATE") is appended to the query.
 func (c *conn) getTenant(ctx context.Context, id, lock string) (*store.Tenant, error) {
 	c = c.bind(ctx)
 	t, err := scanTenant(c.q.QueryRow(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`+lock, id))
