@@ -91,6 +91,9 @@ func TestImports(t *testing.T) {
 		{who: []string{"internal/sandbox"}, mayNot: []string{"internal/api", "internal/server"}},
 		// A keyed lock is a leaf.
 		{who: []string{"internal/keylock"}, onlyOf: []string{}},
+		// Cluster mode's Kubernetes side is the Worker contract seen from
+		// Kubernetes: it knows nothing of the API, the store or operations.
+		{who: []string{"internal/cluster"}, mayNot: []string{"internal/api", "internal/sandbox", "internal/store", "internal/operation", "internal/server"}},
 		// Nothing but mains and the server wiring imports the server package.
 		{who: []string{"internal"}, except: "internal/server", mayNot: []string{"internal/server"}},
 	}

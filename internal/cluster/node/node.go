@@ -1,0 +1,116 @@
+// Package node registers a SPACE worker's host with Kubernetes as a node of
+// its own, in the virtual-kubelet style, and runs exactly the sandbox Pods
+// kube-scheduler binds to it. virtual-kubelet's NodeController keeps the
+// Node object (labels, taint, capacity, the Ready condition from the
+// worker's Ready) and renews its Lease in kube-node-lease; its
+// PodController feeds the Pods bound to the node to this package's handler,
+// which creates, adopts and deletes the sandboxes on the local worker and
+// reports each Pod's status (Running and Ready when the sandbox is up,
+// Failed with a tenant-safe reason when it cannot be made or its VM stops).
+//
+// It never reads worker.Exits: that channel belongs to whoever serves the
+// worker protocol; a VM that stops is seen by polling the worker's status.
+// It must not import the API, store or operation packages.
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/space-sandbox/space/internal/cluster/k8s"
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// Config describes one worker's node.
+type Config struct {
+	// NodeName is the node's name, k8s.NodeName(host) ("space-<host>").
+	NodeName string
+	// Address is the worker protocol's "ip:port": the IP becomes the node's
+	// InternalIP, the port its k8s.AnnotationWorkerPort.
+	Address string
+	// What the worker offers to sandboxes: the node's capacity and
+	// allocatable (Sandboxes is its "pods").
+	VCPUs     int
+	MemoryMiB int
+	Sandboxes int
+	// Namespace is where sandbox Pods live (k8s.DefaultNamespace when "").
+	// A Pod bound to this node in any other namespace is failed, not run.
+	Namespace string
+	// LeaseDuration is the node Lease's duration (40s when 0, as a
+	// kubelet's); it is renewed every quarter of it.
+	LeaseDuration time.Duration
+	// StatusInterval is how often the node's status is written even when
+	// nothing changed (1 minute when 0), and ReadyInterval how often the
+	// worker's Ready is asked (10s when 0); a change is written at once.
+	StatusInterval time.Duration
+	ReadyInterval  time.Duration
+	// ResyncInterval is how often the worker's view of each sandbox is read
+	// back into its Pod's status (5s when 0): a VM that stopped fails its Pod.
+	ResyncInterval time.Duration
+	// CreateTimeout bounds one sandbox creation on the worker (10 minutes
+	// when 0).
+	CreateTimeout time.Duration
+	// Workers is how many Pods are synced at once (8 when 0).
+	Workers int
+	Logger  *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = k8s.DefaultNamespace
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 40 * time.Second
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = time.Minute
+	}
+	if c.ReadyInterval == 0 {
+		c.ReadyInterval = 10 * time.Second
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = 5 * time.Second
+	}
+	if c.CreateTimeout == 0 {
+		c.CreateTimeout = 10 * time.Minute
+	}
+	if c.Workers == 0 {
+		c.Workers = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate checks the config at the edge: ErrInvalidArgument naming the
+// first bad field.
+func (c Config) validate() (ip string, port int, err error) {
+	bad := func(format string, args ...any) (string, int, error) {
+		return "", 0, fmt.Errorf("node config: "+format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+	}
+	if c.NodeName == "" {
+		return bad("no node name")
+	}
+	host, p, err := net.SplitHostPort(c.Address)
+	if err != nil {
+		return bad("address %q: %v", c.Address, err)
+	}
+	if net.ParseIP(host) == nil {
+		return bad("address %q: the host must be an IP address (it becomes the node's InternalIP)", c.Address)
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return bad("address %q: bad port", c.Address)
+	}
+	if c.VCPUs < 1 || c.MemoryMiB < 1 || c.Sandboxes < 1 {
+		return bad("vcpus %d, memory_mib %d and sandboxes %d must all be positive", c.VCPUs, c.MemoryMiB, c.Sandboxes)
+	}
+	if c.LeaseDuration < 4*time.Second {
+		return bad("lease duration %s is below 4s", c.LeaseDuration)
+	}
+	return host, port, nil
+}

@@ -1,0 +1,143 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/space-sandbox/space/internal/cluster/k8s"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// CreateSandbox creates the sandbox's Pod and waits, at most
+// ScheduleTimeout, for kube-scheduler to bind it and its worker to report
+// it Ready; then it returns what that worker reports. On error the Pod is
+// deleted again: nothing is left behind. A Pod no node could take ends
+// with ErrResourceExhausted; one bound but not Ready in time with
+// ErrDeadlineExceeded; one its worker failed with the worker's error class
+// and message.
+func (p *Placement) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (worker.SandboxStatus, error) {
+	pod, err := k8s.SandboxPod(spec, k8s.PodOptions{Namespace: p.cfg.Namespace, TolerationSeconds: p.cfg.TolerationSeconds})
+	if err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	log := p.log.With("sandbox", spec.ID, "pod", pod.Name)
+	if spec.FromCheckpoint != "" {
+		node, err := p.holderOf(ctx, spec.FromCheckpoint)
+		if err != nil {
+			return worker.SandboxStatus{}, err
+		}
+		k8s.PinToNode(pod, node)
+	}
+	p.mu.Lock()
+	p.creating[spec.ID] = true
+	delete(p.lost, spec.ID)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.creating, spec.ID)
+		p.mu.Unlock()
+	}()
+	changed, unwatch := p.watch(spec.ID)
+	defer unwatch()
+
+	made, err := p.client.CoreV1().Pods(p.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrConflict, "sandbox %s exists", spec.ID).WithCause(err)
+	case err != nil:
+		return worker.SandboxStatus{}, fmt.Errorf("create pod for sandbox %s: %w", spec.ID, classify(err))
+	}
+	log.Info("sandbox pod created")
+
+	deadline := time.NewTimer(p.cfg.ScheduleTimeout)
+	defer deadline.Stop()
+	for {
+		cur, err := p.pods.Pods(p.cfg.Namespace).Get(made.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			// The informer has not seen it yet, or someone deleted it.
+			if seen, gerr := p.client.CoreV1().Pods(p.cfg.Namespace).Get(ctx, made.Name, metav1.GetOptions{}); apierrors.IsNotFound(gerr) {
+				return worker.SandboxStatus{}, errdefs.New(errdefs.ErrAborted, "the sandbox's Pod was deleted while it was being created")
+			} else if gerr == nil && seen.UID != made.UID {
+				return worker.SandboxStatus{}, errdefs.New(errdefs.ErrAborted, "the sandbox's Pod was replaced while it was being created")
+			}
+		case err != nil:
+			return worker.SandboxStatus{}, p.abandon(spec.ID, made, err)
+		case cur.UID != made.UID || cur.DeletionTimestamp != nil:
+			return worker.SandboxStatus{}, p.abandon(spec.ID, made,
+				errdefs.New(errdefs.ErrAborted, "the sandbox's Pod was deleted while it was being created"))
+		case k8s.PodReady(cur):
+			log.Info("sandbox ready", "node", cur.Spec.NodeName)
+			w, err := p.owner(spec.ID)
+			if err != nil {
+				return worker.SandboxStatus{}, p.abandon(spec.ID, made, err)
+			}
+			st, err := w.Sandbox(ctx, spec.ID)
+			if err != nil {
+				return worker.SandboxStatus{}, p.abandon(spec.ID, made, err)
+			}
+			return st, nil
+		case cur.Status.Phase == corev1.PodFailed:
+			log.Warn("worker failed the sandbox", "node", cur.Spec.NodeName, "reason", cur.Status.Reason, "message", cur.Status.Message)
+			return worker.SandboxStatus{}, p.abandon(spec.ID, made, k8s.PodError(cur))
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return worker.SandboxStatus{}, p.abandon(spec.ID, made, ctx.Err())
+		case <-deadline.C:
+			return worker.SandboxStatus{}, p.abandon(spec.ID, made, p.timedOut(spec, made.Name))
+		}
+	}
+}
+
+// timedOut is the error of a create whose Pod was not Ready in time.
+func (p *Placement) timedOut(spec worker.SandboxSpec, name string) error {
+	cur, err := p.pods.Pods(p.cfg.Namespace).Get(name)
+	if err == nil && cur.Spec.NodeName != "" {
+		return errdefs.New(errdefs.ErrDeadlineExceeded, "the worker did not start the sandbox within %s", p.cfg.ScheduleTimeout)
+	}
+	why := "no scheduling decision yet"
+	if err == nil {
+		if msg, ok := k8s.Unschedulable(cur); ok {
+			why = msg
+		}
+	}
+	return errdefs.New(errdefs.ErrResourceExhausted,
+		"no worker has room for a sandbox of %d vCPUs and %d MiB (waited %s); try a smaller size or later",
+		spec.VCPUs, spec.MemoryMiB, p.cfg.ScheduleTimeout).WithCause(errors.New("kube-scheduler: " + why))
+}
+
+// abandon deletes a Pod whose create failed (bounded, detached from the
+// caller's context) and returns the create's error.
+func (p *Placement) abandon(id string, pod *corev1.Pod, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DeleteTimeout+10*time.Second)
+	defer cancel()
+	p.log.Warn("create failed; deleting its pod", "sandbox", id, "pod", pod.Name, "err", cause)
+	if err := p.deletePod(ctx, id, pod.UID); err != nil {
+		p.log.Error("delete pod of failed create", "sandbox", id, "pod", pod.Name, "err", err)
+	}
+	return cause
+}
+
+// classify gives an API server error its errdefs class.
+func classify(err error) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("%w: %w", errdefs.ErrConflict, err)
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err):
+		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+}
