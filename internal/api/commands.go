@@ -3,10 +3,8 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
@@ -16,8 +14,8 @@ import (
 	"github.com/space-sandbox/space/internal/worker"
 )
 
-func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessSpec {
-	spec := agentproto.ProcessSpec{ID: id, Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
+func processSpec(req *apiv1.CreateCommandRequest) agentproto.ProcessSpec {
+	spec := agentproto.ProcessSpec{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env,
 		User: req.User, Stdin: req.Stdin, TimeoutSeconds: req.TimeoutSeconds}
 	if req.PTY != nil {
 		spec.PTY = &agentproto.PTY{Rows: uint16(req.PTY.Rows), Cols: uint16(req.PTY.Cols)}
@@ -27,22 +25,7 @@ func processSpec(id string, req *apiv1.CreateCommandRequest) agentproto.ProcessS
 
 // newCommand stores a command session in state created.
 func (s *Server) newCommand(ctx context.Context, sb *store.Sandbox, req *apiv1.CreateCommandRequest) (*store.Command, error) {
-	s.svc.Touch(ctx, sb.ID) // exec and command creation are activity, also when refused
-	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
-		return nil, err
-	}
-	s.commandDefaults(ctx, sb, req)
-	id := store.NewID(store.PrefixCommand)
-	spec, err := json.Marshal(processSpec(id, req))
-	if err != nil {
-		return nil, fmt.Errorf("encode command spec: %w", errdefs.ErrInternal)
-	}
-	c := &store.Command{ID: id, TenantID: sb.TenantID, SandboxID: sb.ID, Spec: spec,
-		State: store.CommandCreated, CreatedAt: time.Now().UTC()}
-	if err := s.store.CreateCommand(ctx, c); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return s.svc.NewCommand(ctx, sb, processSpec(req))
 }
 
 func (s *Server) createCommand(w http.ResponseWriter, r *http.Request) error {

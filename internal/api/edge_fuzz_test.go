@@ -136,7 +136,8 @@ func FuzzCommandSpec(f *testing.F) {
 			t.Fatalf("accepted cwd %q", c.Cwd)
 		}
 		// The spec stored for the agent decodes back to the same spec.
-		spec := processSpec("cmd_x", &c)
+		spec := processSpec(&c)
+		spec.ID = "cmd_x"
 		b, err := json.Marshal(spec)
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -105,16 +104,6 @@ func (s *Server) resolveTemplate(ctx context.Context, ref string) (*store.Templa
 	return nil, err
 }
 
-// templateDefaults reads a template build's runtime defaults (zero when
-// it has none or they do not decode).
-func templateDefaults(t *store.Template) template.Defaults {
-	var d template.Defaults
-	if len(t.Defaults) > 0 {
-		_ = json.Unmarshal(t.Defaults, &d) // written by us; a bad record has no defaults
-	}
-	return d
-}
-
 // applyTemplateDefaults fills what a create request leaves out from the
 // template's defaults, then from the server's. Env merges: the request's
 // variables win over the template's.
@@ -166,7 +155,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		TimeoutSeconds: req.TimeoutSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 	}
-	s.applyTemplateDefaults(sb, templateDefaults(tpl))
+	s.applyTemplateDefaults(sb, sandbox.TemplateDefaults(tpl))
 	if sb.Metadata == nil {
 		sb.Metadata = map[string]string{}
 	}

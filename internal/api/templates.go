@@ -175,22 +175,3 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusAccepted, apiv1.TemplateAndOperation{Template: toTemplate(t), Operation: toOperation(op)})
 	return nil
 }
-
-// commandDefaults fills a command's working directory and user from its
-// sandbox's template when the request leaves them out.
-func (s *Server) commandDefaults(ctx context.Context, sb *store.Sandbox, req *apiv1.CreateCommandRequest) {
-	if req.Cwd != "" && req.User != "" {
-		return
-	}
-	t, err := s.store.GetTemplateByName(ctx, sb.Template, sb.TemplateDigest)
-	if err != nil {
-		return // the template was deleted with force: the agent's defaults apply
-	}
-	d := templateDefaults(t)
-	if req.Cwd == "" {
-		req.Cwd = d.Workdir
-	}
-	if req.User == "" {
-		req.User = d.User
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -82,4 +83,55 @@ func (s *Service) Refresh(ctx context.Context, sb *store.Sandbox, c *store.Comma
 		return fresh
 	}
 	return c
+}
+
+// NewCommand stores a command session of sb in state created: spec runs in
+// the guest on the first attach. The template's workdir and user fill what
+// spec leaves out. Creating a command is activity, also when refused.
+func (s *Service) NewCommand(ctx context.Context, sb *store.Sandbox, spec agentproto.ProcessSpec) (*store.Command, error) {
+	s.Touch(ctx, sb.ID)
+	if err := RequireState(sb, store.SandboxRunning); err != nil {
+		return nil, err
+	}
+	s.commandDefaults(ctx, sb, &spec)
+	spec.ID = store.NewID(store.PrefixCommand)
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode command spec: %w", errdefs.ErrInternal)
+	}
+	c := &store.Command{ID: spec.ID, TenantID: sb.TenantID, SandboxID: sb.ID, Spec: raw,
+		State: store.CommandCreated, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateCommand(ctx, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// commandDefaults fills a command's working directory and user from its
+// sandbox's template when the spec leaves them out.
+func (s *Service) commandDefaults(ctx context.Context, sb *store.Sandbox, spec *agentproto.ProcessSpec) {
+	if spec.Cwd != "" && spec.User != "" {
+		return
+	}
+	t, err := s.store.GetTemplateByName(ctx, sb.Template, sb.TemplateDigest)
+	if err != nil {
+		return // the template was deleted with force: the agent's defaults apply
+	}
+	d := TemplateDefaults(t)
+	if spec.Cwd == "" {
+		spec.Cwd = d.Workdir
+	}
+	if spec.User == "" {
+		spec.User = d.User
+	}
+}
+
+// TemplateDefaults reads a template build's runtime defaults (zero when it
+// has none or they do not decode).
+func TemplateDefaults(t *store.Template) template.Defaults {
+	var d template.Defaults
+	if len(t.Defaults) > 0 {
+		_ = json.Unmarshal(t.Defaults, &d) // written by us; a bad record has no defaults
+	}
+	return d
 }
