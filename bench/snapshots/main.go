@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/space-sandbox/space/bench/internal/rig"
@@ -34,18 +35,32 @@ func main() {
 	dataDir := flag.String("data-dir", "", "data dir (default: a temporary one, removed after)")
 	accel := flag.String("accel", "auto", "auto, kvm or tcg")
 	cold := flag.Bool("cold", true, "measure cold boot too (slow)")
-	verbose := flag.Bool("v", false, "debug logs (phase timings) on stderr")
+	verbose := flag.Bool("v", false, "debug logs on stderr, and a table of the phases of each create and wake")
+	only := flag.String("only", "", "comma-separated subset of measures: cold, nopool, lifecycle, pool (default all)")
 	flag.Parse()
 	if *verbose {
 		logLevel = slog.LevelDebug
 	}
-	if err := run(*runs, *agent, *dataDir, *accel, *cold); err != nil {
+	measures = map[string]bool{"cold": *cold, "nopool": true, "lifecycle": true, "pool": true}
+	if *only != "" {
+		measures = map[string]bool{}
+		for _, m := range strings.Split(*only, ",") {
+			measures[strings.TrimSpace(m)] = true
+		}
+	}
+	if err := run(*runs, *agent, *dataDir, *accel); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/snapshots:", err)
 		os.Exit(1)
 	}
 }
 
-var logLevel = slog.LevelWarn
+var (
+	logLevel = slog.LevelWarn
+	measures map[string]bool
+	// phases collects the worker's phase records of the measured creates
+	// and wakes (printed with -v).
+	phases *stats.Phases
+)
 
 type bench struct {
 	ctx  context.Context
@@ -53,9 +68,11 @@ type bench struct {
 	seq  int
 }
 
-func run(runs int, agent, dataDir, accel string, measureCold bool) error {
+func run(runs int, agent, dataDir, accel string) error {
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+	phases = stats.NewPhases(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}),
+		"create phases", "wake phases", "agent link up")
+	log := slog.New(phases)
 	r, err := rig.Open(ctx, agent, dataDir, accel, log)
 	if err != nil {
 		return err
@@ -65,7 +82,7 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 	b := &bench{ctx: ctx, runs: runs}
 	var out []stats.Series
 
-	if measureCold {
+	if measures["cold"] {
 		cold := cfg
 		cold.DisableSnapshots = true
 		wc, err := local.New(ctx, cold)
@@ -77,7 +94,7 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, s)
+		out = append(out, s...)
 	}
 
 	// Without pools: every create restores on the request path. Template
@@ -89,7 +106,7 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range []struct {
+	nopoolCases := []struct {
 		name      string
 		mem, disk int
 	}{
@@ -97,7 +114,11 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 		{"create to first command, no pool (2 GiB memory)", 2048, 0},
 		{"create to first command, no pool (64 MiB disk)", 256, 64},
 		{"create to first command, no pool (2 GiB disk)", 256, 2048},
-	} {
+	}
+	if !measures["nopool"] {
+		nopoolCases = nil
+	}
+	for _, c := range nopoolCases {
 		sp := spec("", c.mem)
 		sp.DiskMiB = c.disk
 		if err := wn.PrepareTemplate(ctx, sp); err != nil {
@@ -107,9 +128,12 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, s)
+		out = append(out, s...)
 	}
 	for _, mem := range []int{256, 1024} {
+		if !measures["lifecycle"] {
+			break
+		}
 		if err := wn.PrepareTemplate(ctx, spec("", mem)); err != nil {
 			return err
 		}
@@ -124,6 +148,9 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 	// With pools (the default): a restored, warmed VM waits per template.
 	// One worker per size, so that its pool holds that template only.
 	for _, mem := range []int{256, 2048} {
+		if !measures["pool"] {
+			break
+		}
 		w, err := local.New(ctx, cfg)
 		if err != nil {
 			return err
@@ -136,13 +163,17 @@ func run(runs int, agent, dataDir, accel string, measureCold bool) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, s)
+		out = append(out, s...)
 	}
 	if s, ok := b.runsc(); ok {
 		out = append(out, s)
 	}
 	fmt.Printf("bench/snapshots: %d runs, accel=%s, kernel %s, 1 vCPU, base template\n", runs, accel, r.Kernel.Version)
 	stats.Print(os.Stdout, out...)
+	if logLevel == slog.LevelDebug {
+		fmt.Printf("\nphases (worker debug records; wake: verify runs beside clone..incoming; agent link up: dial + sync, inside link_and_thaw or configure)\n")
+		stats.Print(os.Stdout, phases.Series()...)
+	}
 	return nil
 }
 
@@ -156,8 +187,11 @@ func (b *bench) id() string {
 }
 
 // createToFirst: CreateSandbox, then `true` run to its exit.
-func (b *bench) createToFirst(w *local.Worker, name string, sp worker.SandboxSpec) (stats.Series, error) {
+// It returns the totals and, as a second series, the first command's part.
+func (b *bench) createToFirst(w *local.Worker, name string, sp worker.SandboxSpec) ([]stats.Series, error) {
 	s := stats.Series{Name: name, Unit: "ms"}
+	first := stats.Series{Name: "  of which the first command", Unit: "ms"}
+	all := func() []stats.Series { return []stats.Series{s, first} }
 	for range b.runs {
 		id := b.id()
 		// Steady state: a pooled VM is ready when the request comes (the
@@ -167,18 +201,22 @@ func (b *bench) createToFirst(w *local.Worker, name string, sp worker.SandboxSpe
 		}
 		t0 := time.Now()
 		sp.ID = id
-		if _, err := w.CreateSandbox(b.ctx, sp); err != nil {
-			return s, err
+		phases.SetActive(true)
+		_, err := w.CreateSandbox(b.ctx, sp)
+		phases.SetActive(false)
+		if err != nil {
+			return all(), err
 		}
 		c, err := w.Agent(b.ctx, id)
 		if err != nil {
-			return s, err
+			return all(), err
 		}
 		tc := time.Since(t0)
 		if err := runTrue(b.ctx, c, "first"); err != nil {
-			return s, err
+			return all(), err
 		}
 		s.AddDuration(time.Since(t0))
+		first.AddDuration(time.Since(t0) - tc)
 		if logLevel == slog.LevelDebug {
 			fmt.Fprintf(os.Stderr, "%s: create %v, first command %v\n", id, tc, time.Since(t0)-tc)
 			t1 := time.Now()
@@ -186,10 +224,10 @@ func (b *bench) createToFirst(w *local.Worker, name string, sp worker.SandboxSpe
 			fmt.Fprintf(os.Stderr, "%s: second command %v\n", id, time.Since(t1))
 		}
 		if err := w.DeleteSandbox(b.ctx, id); err != nil {
-			return s, err
+			return all(), err
 		}
 	}
-	return s, nil
+	return all(), nil
 }
 
 // lifecycle times pause, wake from pause, suspend, wake from suspend (to the
@@ -201,6 +239,7 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 	susp := stats.Series{Name: "suspend" + sfx, Unit: "ms"}
 	wakeS := stats.Series{Name: "wake from suspend to first command" + sfx, Unit: "ms"}
 	ckpt := stats.Series{Name: "checkpoint vCPU stop" + sfx, Unit: "ms"}
+	firstW := stats.Series{Name: "  of which the first command" + sfx, Unit: "ms"}
 	snapMB := stats.Series{Name: "suspend snapshot size" + sfx, Unit: "MB"}
 	id := b.id()
 	if _, err := w.CreateSandbox(b.ctx, spec(id, mem)); err != nil {
@@ -234,10 +273,16 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 		}
 		snapMB.Samples = append(snapMB.Samples, float64(st.SnapshotBytes)/1e6)
 		if err := timed(&wakeS, func() error {
-			if _, err := w.WakeSandbox(b.ctx, id); err != nil {
+			phases.SetActive(true)
+			_, err := w.WakeSandbox(b.ctx, id)
+			phases.SetActive(false)
+			if err != nil {
 				return err
 			}
-			return runTrue(b.ctx, c, fmt.Sprintf("w%d", i))
+			t1 := time.Now()
+			err = runTrue(b.ctx, c, fmt.Sprintf("w%d", i))
+			firstW.AddDuration(time.Since(t1))
+			return err
 		}); err != nil {
 			return nil, err
 		}
@@ -250,7 +295,7 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 			return nil, err
 		}
 	}
-	return []stats.Series{pause, wakeP, susp, wakeS, snapMB, ckpt}, nil
+	return []stats.Series{pause, wakeP, susp, wakeS, firstW, snapMB, ckpt}, nil
 }
 
 func (b *bench) runsc() (stats.Series, bool) {

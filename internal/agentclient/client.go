@@ -88,6 +88,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 		return c.sess, nil
 	}
 	c.dropLocked()
+	t0 := time.Now()
 	ctx, cancel := bounded(ctx, c.timeouts.Connect)
 	defer cancel()
 	conn, err := c.dial(ctx)
@@ -105,7 +106,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 		return nil, linkError("agent session", ctx, err)
 	}
 	c.sess, c.conn = sess, conn
-	c.log.Debug("agent link up")
+	c.log.Debug("agent link up", "took", time.Since(t0))
 	return sess, nil
 }
 

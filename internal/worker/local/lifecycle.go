@@ -115,29 +115,16 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 		return worker.SandboxStatus{}, wrongState(st, "only a paused or suspended sandbox can be woken")
 	}
 	started := time.Now()
+	ph := startPhases()
 	snap := sb.path(suspendDir)
 	m, err := readManifest(snap)
 	if err != nil {
 		w.log.Error("suspend snapshot failed verification", "sandbox", id, "err", causeOf(err))
 		return worker.SandboxStatus{}, err
 	}
-	// The checksums (sha256, SHA-NI on this hardware) are verified while
-	// the VMM starts and loads the device state, which takes about as long;
-	// restoreInto waits for the verdict before it resumes a vCPU, so a
-	// damaged snapshot never runs. Reflink clones share the extents read
-	// here, so what is verified is what the VM gets.
-	verified := make(chan error, 1)
-	vctx, cancelVerify := context.WithCancel(ctx)
-	defer cancelVerify()
-	go func() { verified <- verifyFiles(vctx, snap, m) }()
-	beforeResume := func() error {
-		if err := <-verified; err != nil {
-			w.log.Error("suspend snapshot failed verification", "sandbox", id, "err", causeOf(err))
-			return err
-		}
-		return nil
-	}
-	if err := w.restoreIntoChecked(ctx, sb, snap, m, true, beforeResume); err != nil {
+	// Verified while the VMM starts (restoreOpts.verify): a damaged
+	// snapshot never runs, and a failed wake leaves the sandbox suspended.
+	if err := w.restoreWith(ctx, sb, snap, m, restoreOpts{thaw: true, verify: true, ph: ph}); err != nil {
 		sb.mu.Lock()
 		sb.suspended = true
 		sb.mu.Unlock()
@@ -151,10 +138,12 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 		sb.mu.Unlock()
 		return worker.SandboxStatus{}, fmt.Errorf("configure agent after wake: %w", err)
 	}
+	ph.mark("configure")
 	// Running again from its own copies: the snapshot has served.
 	if err := os.RemoveAll(snap); err != nil {
 		w.log.Warn("remove suspend snapshot", "sandbox", id, "err", err)
 	}
+	ph.log(w.log, "wake phases", "sandbox", id)
 	w.log.Info("sandbox woken", "sandbox", id, "took", time.Since(started).Round(time.Millisecond))
 	return sb.status(), nil
 }
@@ -301,98 +290,6 @@ func (w *Worker) undoSnapshotPause(ctx context.Context, sb *sandbox, thaw, wasPa
 		}
 	}
 	sb.clearTransient()
-}
-
-// restoreInto gives sb its own reflink copies of snapshot snap's memory and
-// disk and starts its VM restored from snap, running. With thaw, the guest
-// filesystems (frozen at a suspend) are thawed. The caller configures the
-// agent. On error no VM is left and sb's live files are removed.
-func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m manifest, thaw bool) (err error) {
-	return w.restoreIntoChecked(ctx, sb, snap, m, thaw, nil)
-}
-
-// restoreIntoChecked is restoreInto that runs beforeResume (if set) once the
-// VM is restored and still paused; its error abandons the VM.
-func (w *Worker) restoreIntoChecked(ctx context.Context, sb *sandbox, snap string, m manifest, thaw bool,
-	beforeResume func() error) (err error) {
-	r, ok := w.cfg.Driver.(vmm.Restorer)
-	if !ok {
-		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker's VMM cannot restore snapshots")
-	}
-	t0 := time.Now()
-	var tClone, tRestore, tResume time.Duration
-	defer func() {
-		if err != nil {
-			_ = os.Remove(sb.path(memFile))
-			_ = os.Remove(sb.path(diskFile))
-			return
-		}
-		w.log.Debug("restored", "sandbox", sb.spec.ID, "clone", tClone, "restore", tRestore,
-			"resume", tResume, "total", time.Since(t0))
-	}()
-	for _, f := range []string{memFile, diskFile} {
-		_ = os.Remove(sb.path(f))
-		if err := w.cfg.Storage.Clone(ctx, filepath.Join(snap, f), sb.path(f)); err != nil {
-			return fmt.Errorf("copy snapshot %s: %w", f, err)
-		}
-	}
-	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
-		return fmt.Errorf("vm dir: %w: %v", errdefs.ErrInternal, err)
-	}
-	tClone = time.Since(t0)
-	vm, err := r.Restore(ctx, w.bootSpec(sb, m.VCPUs, m.MemoryMiB), snap)
-	if err != nil {
-		if beforeResume != nil {
-			if verr := beforeResume(); verr != nil {
-				return verr // a damaged snapshot explains the failed restore
-			}
-		}
-		return fmt.Errorf("restore vm: %w", err)
-	}
-	tRestore = time.Since(t0) - tClone
-	// The link to the old VM (if any) is dead; calls redial the new one.
-	sb.agent.Disconnect()
-	w.setVM(sb, vm, true)
-	sb.mu.Lock()
-	sb.paused = true
-	sb.mu.Unlock()
-	if beforeResume != nil {
-		if err := beforeResume(); err != nil {
-			w.abandonVM(ctx, sb, false)
-			return err
-		}
-	}
-	if err := w.resume(ctx, sb); err != nil {
-		w.abandonVM(ctx, sb, false)
-		return err
-	}
-	tResume = time.Since(t0) - tClone - tRestore
-	if thaw {
-		if err := sb.agent.Thaw(ctx); err != nil {
-			w.abandonVM(ctx, sb, false)
-			return fmt.Errorf("thaw guest filesystems: %w", err)
-		}
-	}
-	return nil
-}
-
-// abandonVM stops sb's VM after a failed restore; with files it also
-// removes the live copies it ran on.
-func (w *Worker) abandonVM(ctx context.Context, sb *sandbox, files bool) {
-	sb.mu.Lock()
-	vm := sb.vm
-	sb.vm, sb.paused = nil, false
-	sb.mu.Unlock()
-	sb.agent.Disconnect()
-	if vm != nil {
-		if err := vm.Stop(context.WithoutCancel(ctx)); err != nil {
-			w.log.Warn("stop vm", "sandbox", sb.spec.ID, "err", err)
-		}
-	}
-	if files {
-		_ = os.Remove(sb.path(memFile))
-		_ = os.Remove(sb.path(diskFile))
-	}
 }
 
 // causeOf is the internal cause of a public error, for logs.

@@ -414,7 +414,7 @@ func (w *Worker) takePooled(ctx context.Context, sb *sandbox, snap string, m man
 // restoreTemplate starts sb's VM from the template snapshot snap: the
 // pooled VM e (from takePooled) when there is one, else a restore on the
 // request path. It returns how.
-func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, m manifest, e *poolEntry) (string, error) {
+func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, m manifest, e *poolEntry, ph *phases) (string, error) {
 	if e != nil {
 		err := w.adoptPoolEntry(sb, e, m)
 		if err != nil {
@@ -423,7 +423,7 @@ func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, 
 			_ = os.Remove(sb.path(memFile))
 			_ = os.Remove(sb.path(diskFile))
 			_ = os.MkdirAll(sb.path(vmDir), 0o700)
-			return "template snapshot", w.restoreInto(ctx, sb, snap, m, false)
+			return "template snapshot", w.restoreWith(ctx, sb, snap, m, restoreOpts{ph: ph})
 		}
 		// The pooled VM runs and its link is up: the sandbox takes both.
 		e.dial.set(sb.dialAgent)
@@ -433,9 +433,10 @@ func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, 
 		sb.mu.Unlock()
 		old.Close()
 		w.setVM(sb, e.vm, true)
+		ph.mark("take")
 		return "pool", nil
 	}
-	return "template snapshot", w.restoreInto(ctx, sb, snap, m, false)
+	return "template snapshot", w.restoreWith(ctx, sb, snap, m, restoreOpts{ph: ph})
 }
 
 // adoptPoolEntry moves e's files and state dir into sb's dir (an empty vm

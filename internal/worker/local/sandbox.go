@@ -210,6 +210,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	}()
 
 	started := time.Now()
+	ph := startPhases()
 	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox dir: %w", err)
 	}
@@ -238,13 +239,14 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 			return worker.SandboxStatus{}, err
 		}
 	}
+	ph.mark("prepare")
 	how := "cold boot"
 	switch {
 	case ck != nil:
 		how = "branch of " + ck.ID
 		err = w.branch(ctx, sb, *ck)
 	case haveSnap:
-		how, err = w.restoreTemplate(ctx, sb, snap, m, pooled)
+		how, err = w.restoreTemplate(ctx, sb, snap, m, pooled, ph)
 	default:
 		err = w.coldBoot(ctx, sb)
 	}
@@ -260,6 +262,8 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	if err := w.configure(ctx, sb.agent, spec); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("configure agent: %w", err)
 	}
+	ph.mark("configure")
+	ph.log(w.log, "create phases", "sandbox", spec.ID, "how", how)
 	took := time.Since(started)
 	if w.cfg.ObserveBoot != nil {
 		w.cfg.ObserveBoot(took)
