@@ -71,7 +71,7 @@ type bench struct {
 func run(runs int, agent, dataDir, accel string) error {
 	ctx := context.Background()
 	phases = stats.NewPhases(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}),
-		"create phases", "wake phases", "agent link up")
+		"create phases", "wake phases", "agent link up", "vmm started")
 	log := slog.New(phases)
 	r, err := rig.Open(ctx, agent, dataDir, accel, log)
 	if err != nil {
@@ -221,9 +221,9 @@ func (b *bench) createToFirst(w *local.Worker, name string, sp worker.SandboxSpe
 		first.AddDuration(time.Since(t0) - tc)
 		if st, err := w.Sandbox(b.ctx, id); err == nil {
 			// A pooled VM ran before the request: its counters say nothing.
-			if vc, err := readVMMCounters(st.VMMPID); err == nil && w.PoolStats().Made == 0 {
-				cpu.Samples = append(cpu.Samples, vc.cpuMS)
-				faults.Samples = append(faults.Samples, vc.majflt)
+			if vc, err := stats.ReadProcCounters(st.VMMPID); err == nil && w.PoolStats().Made == 0 {
+				cpu.Samples = append(cpu.Samples, vc.CPUMS)
+				faults.Samples = append(faults.Samples, vc.Majflt)
 			}
 		}
 		if logLevel == slog.LevelDebug {
@@ -294,9 +294,9 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 			err = runTrue(b.ctx, c, fmt.Sprintf("w%d", i))
 			firstW.AddDuration(time.Since(t1))
 			if st, serr := w.Sandbox(b.ctx, id); serr == nil {
-				if vc, verr := readVMMCounters(st.VMMPID); verr == nil {
-					cpuW.Samples = append(cpuW.Samples, vc.cpuMS)
-					faultW.Samples = append(faultW.Samples, vc.majflt)
+				if vc, verr := stats.ReadProcCounters(st.VMMPID); verr == nil {
+					cpuW.Samples = append(cpuW.Samples, vc.CPUMS)
+					faultW.Samples = append(faultW.Samples, vc.Majflt)
 				}
 			}
 			return err

@@ -55,7 +55,7 @@ func Open(ctx context.Context, agent, dataDir, accel string, log *slog.Logger) (
 	if _, err := template.BuildBase(ctx, template.BaseOptions{TemplatesDir: templates, AgentBinary: agent}); err != nil {
 		return nil, err
 	}
-	driver, err := vmm.Open("qemu", vmm.Options{Accel: accel, CacheDir: filepath.Join(dataDir, "cache")})
+	driver, err := vmm.Open("qemu", vmm.Options{Accel: accel, CacheDir: filepath.Join(dataDir, "cache"), Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -166,8 +166,10 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		rec = record{Spec: spec, PID: pid, StartTime: start, Accel: accel, Binary: d.binary, Incoming: incoming, Jail: &st}
 		return writeRecord(spec.StateDir, rec)
 	}
+	tJail := time.Now()
 	j, err := jail.Start(js)
 	logf.Close()
+	tExec := time.Now()
 	if err != nil {
 		removeOwned(spec.StateDir)
 		return nil, fmt.Errorf("qemu: start %s: %w", filepath.Base(d.binary), err)
@@ -205,7 +207,8 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	}
 	v.qmp = q
 	go v.cons.run(v.done)
-	v.log.Debug("vmm started", "accel", accel)
+	// jail: set-up until QEMU runs; init: from there to QMP's greeting.
+	v.log.Debug("vmm started", "accel", accel, "jail", tExec.Sub(tJail), "init", time.Since(tExec))
 	return v, nil
 }
 
