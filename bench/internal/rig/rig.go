@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/space-sandbox/space/internal/guest"
 	"github.com/space-sandbox/space/internal/storage"
@@ -60,7 +61,9 @@ func Open(ctx context.Context, agent, dataDir, accel string, log *slog.Logger) (
 		return nil, err
 	}
 	r.Config = local.Config{Storage: r.storage, Driver: driver, Kernel: r.Kernel.Vmlinuz, Initrd: ir.Path,
-		TemplatesDir: templates, Logger: log}
+		TemplatesDir: templates, Logger: log,
+		// A machine loaded by other work boots far slower than the default allows.
+		BootTimeout: 10 * time.Minute}
 	return r, nil
 }
 
