@@ -286,7 +286,14 @@ func (p *process) pump(r *os.File, kind string) {
 	buf := make([]byte, agentproto.MaxEventChunk)
 	for {
 		n, err := r.Read(buf)
-		if n > 0 {
+		switch {
+		case n >= len(buf)/2:
+			// Bulk output: the event keeps the read buffer itself (no copy;
+			// at most half of its capacity unused) and the next read gets
+			// a new one.
+			p.log.append(agentproto.Event{Type: kind, Data: buf[:n:n]})
+			buf = make([]byte, agentproto.MaxEventChunk)
+		case n > 0:
 			p.log.append(agentproto.Event{Type: kind, Data: append([]byte(nil), buf[:n]...)})
 		}
 		if err != nil {

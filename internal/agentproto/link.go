@@ -276,10 +276,10 @@ func YamuxConfig() *yamux.Config {
 
 // HostSession starts the host's yamux client on a synced conn.
 func HostSession(conn net.Conn) (*yamux.Session, error) {
-	return yamux.Client(conn, YamuxConfig())
+	return yamux.Client(newFrameConn(conn), YamuxConfig())
 }
 
 // AgentSession starts the agent's yamux server on a synced conn.
 func AgentSession(conn net.Conn) (*yamux.Session, error) {
-	return yamux.Server(conn, YamuxConfig())
+	return yamux.Server(newFrameConn(conn), YamuxConfig())
 }
