@@ -59,5 +59,13 @@ bench: setup build
 fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME)
 
+## generate: lint proto/ and regenerate the worker protocol's Go code (internal/workerpb)
+## with buf and its plugins, each built from the Go module proxy at a pinned version
+BUF_VERSION ?= v1.75.0
+.PHONY: generate
+generate:
+	cd proto && $(GO) run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION) lint
+	cd proto && $(GO) run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION) generate
+
 clean:
 	rm -rf bin

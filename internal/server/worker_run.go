@@ -1,0 +1,191 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api"
+	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/guest"
+	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/storage"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local"
+	"github.com/space-sandbox/space/internal/worker/remote"
+)
+
+// RunWorker runs `spaced worker`: this host's local worker behind the
+// worker protocol on cfg.Listen, until ctx ends. Start-up checks are the
+// single-node server's (root, storage, kernel, agent, VMM); there is no
+// store, API or operation engine here: the control plane that calls in
+// owns those. Tenants' secrets live in the control plane's store, so
+// policies' ${secret:NAME} references resolve to nothing here yet.
+func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err error) {
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	if os.Geteuid() != 0 {
+		return errors.New("spaced worker must run as root (it creates loop mounts, VMs and network namespaces)")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	token, created, err := remote.EnsureToken(cfg.TokenFile)
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("worker protocol token created", "path", cfg.TokenFile)
+	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("worker protocol TLS: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	}
+
+	st, err := storage.Open(ctx, storage.Config{DataDir: cfg.DataDir}, log)
+	if err != nil {
+		return err
+	}
+	keepVolume := false
+	closers = append(closers, func() { releaseVolume(ctx, st, keepVolume, log) })
+	kernel, err := guest.Locate(cfg.KernelDir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(cfg.AgentBinary); err != nil {
+		return fmt.Errorf("guest agent binary %s not found: build it with `make build` or pass --agent-binary", cfg.AgentBinary)
+	}
+	initrd, err := guest.BuildInitramfs(ctx, kernel, guest.InitramfsOptions{
+		AgentBinary: cfg.AgentBinary, CacheDir: filepath.Join(cfg.DataDir, "boot"), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	templatesDir := filepath.Join(st.Root(), "templates")
+	if _, err := template.BuildBase(ctx, template.BaseOptions{
+		TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary, Logger: log,
+	}); err != nil {
+		return fmt.Errorf("build base template: %w", err)
+	}
+	driver, kernelImage, err := openVMM(ctx, cfg.Config, kernel, log)
+	if err != nil {
+		return err
+	}
+	netns, eg, closeNet, err := startWorkerNetwork(ctx, cfg.Config, log)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, closeNet)
+	wk, err := local.New(ctx, local.Config{
+		Storage: st, Driver: driver, Kernel: kernelImage, Initrd: initrd.Path,
+		TemplatesDir: templatesDir, BootTimeout: cfg.BootTimeout, Logger: log,
+		Network: netns, Egress: eg, PoolSize: workerPoolSize(cfg.PoolSize),
+	})
+	if err != nil {
+		return err
+	}
+	closers = append(closers, func() {
+		keepVolume = vmsLeftRunning(ctx, wk, log)
+		wk.Close()
+	})
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	log.Info("spaced worker serving the worker protocol", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
+		"kernel", kernel.Version, "tls", tlsConfig != nil)
+	return ServeWorker(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log})
+}
+
+// WorkerServing is how ServeWorker serves a worker.
+type WorkerServing struct {
+	Token  remote.Token
+	TLS    *tls.Config // nil: h2c
+	Logger *slog.Logger
+}
+
+// ServeWorker serves the worker protocol for w on ln until ctx ends, then
+// ends open streams and shuts down (w stays open: its owner closes it).
+// It is the one place `spaced worker` wires the protocol, so what a
+// cluster adds beside it (registering the host as a node) goes here too.
+func ServeWorker(ctx context.Context, w worker.Worker, ln net.Listener, opts WorkerServing) error {
+	srv, err := remote.NewServer(remote.ServerConfig{Worker: w, Token: opts.Token, Logger: opts.Logger})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	hs := srv.HTTPServer(opts.TLS)
+	errc := make(chan error, 1)
+	go func() {
+		if opts.TLS != nil {
+			errc <- hs.ServeTLS(ln, "", "")
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		srv.Close()
+		return fmt.Errorf("worker protocol: %w", err)
+	case <-ctx.Done():
+	}
+	srv.Close() // long streams end now (clients resume them), so Shutdown need not wait
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("worker protocol: %w", err)
+	}
+	return nil
+}
+
+// startWorkerNetwork starts the namespace pool and the egress service as
+// the single-node server does, without tenants' secrets (startNetwork's
+// need a store). close stops them, after the worker is closed.
+func startWorkerNetwork(ctx context.Context, cfg Config, log *slog.Logger) (*network.Manager, *egress.Service, func(), error) {
+	roots, err := upstreamRoots(cfg.EgressCAFiles)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var ca *egress.CA
+	if slices.Contains(cfg.Features, api.FeatureEgressHTTPSInject) {
+		if ca, err = egress.LoadOrCreateCA(cfg.DataDir); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	mgr := network.New(ctx, network.Config{Logger: log.With("component", "network"), Instance: cfg.DataDir})
+	eg := egress.New(egress.Config{
+		Logger:        log.With("component", "egress"),
+		Forbidden:     []netip.Prefix{network.GuestPrefix},
+		CA:            ca,
+		UpstreamRoots: roots,
+	})
+	closeAll := func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = eg.Close(cctx)
+		_ = mgr.Close(cctx)
+	}
+	return mgr, eg, closeAll, nil
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package remote_test
+
+// largeFileBytes is the size of the file TestLargeFile sends both ways.
+const largeFileBytes = 64 << 20
