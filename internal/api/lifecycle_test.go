@@ -379,8 +379,13 @@ func TestExpiryAndIdleSuspend(t *testing.T) {
 	e.waitFor(func() bool { return e.state(e.bob, exp.Sandbox.ID) == "deleted" })
 	e.waitFor(func() bool { return e.state(e.bob, idle.Sandbox.ID) == "suspended" })
 	for id, typ := range map[string]string{exp.Sandbox.ID: "delete", idle.Sandbox.ID: "suspend"} {
+		// The operation records its success just after the state it set.
+		e.waitFor(func() bool {
+			ops, err := e.bob.ListOperations(ctx, id, client.Page{})
+			return err == nil && len(ops.Operations) > 0 && ops.Operations[0].State == apiv1.OpSucceeded
+		})
 		ops, err := e.bob.ListOperations(ctx, id, client.Page{})
-		if err != nil || len(ops.Operations) == 0 || ops.Operations[0].Type != typ || ops.Operations[0].State != apiv1.OpSucceeded {
+		if err != nil || len(ops.Operations) == 0 || ops.Operations[0].Type != typ {
 			t.Fatalf("%s: newest operation %+v %v, want %s", id, ops, err, typ)
 		}
 	}
