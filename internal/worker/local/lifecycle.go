@@ -124,21 +124,31 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 	}
 	// Verified while the VMM starts (restoreOpts.verify): a damaged
 	// snapshot never runs, and a failed wake leaves the sandbox suspended.
-	if err := w.restoreWith(ctx, sb, snap, m, restoreOpts{thaw: true, verify: true, ph: ph}); err != nil {
+	if err := w.restoreWith(ctx, sb, snap, m, restoreOpts{verify: true, ph: ph}); err != nil {
 		sb.mu.Lock()
 		sb.suspended = true
 		sb.mu.Unlock()
 		return worker.SandboxStatus{}, err
 	}
-	faultinject.Point("wake.restored")
-	if err := w.configure(ctx, sb.agent, sb.spec); err != nil {
+	// Thawing the filesystems (frozen at the suspend) and configuring the
+	// agent are independent: two calls at once on the one link.
+	thawed := make(chan error, 1)
+	go func() { thawed <- sb.agent.Thaw(ctx) }()
+	err = w.configure(ctx, sb.agent, sb.spec)
+	if terr := <-thawed; terr != nil {
+		err = fmt.Errorf("thaw guest filesystems: %w", terr)
+	} else if err != nil {
+		err = fmt.Errorf("configure agent after wake: %w", err)
+	}
+	if err != nil {
 		w.abandonVM(ctx, sb, true)
 		sb.mu.Lock()
 		sb.suspended = true
 		sb.mu.Unlock()
-		return worker.SandboxStatus{}, fmt.Errorf("configure agent after wake: %w", err)
+		return worker.SandboxStatus{}, err
 	}
-	ph.mark("configure")
+	ph.mark("link_thaw_configure")
+	faultinject.Point("wake.restored")
 	// Running again from its own copies: the snapshot has served.
 	if err := os.RemoveAll(snap); err != nil {
 		w.log.Warn("remove suspend snapshot", "sandbox", id, "err", err)

@@ -26,8 +26,14 @@ type restoreOpts struct {
 	thaw bool
 	// verify checks every file of the snapshot against m's checksums while
 	// the VMM starts and loads the device state, and resumes no vCPU before
-	// the verdict: a damaged snapshot never runs. Reflink clones share the
-	// extents read here, so what is verified is what the VM gets.
+	// the verdict: a damaged snapshot never runs. The memory file and disk
+	// are checked in sb's reflink copies, which share their extents with
+	// the snapshot's, so what is verified is what the VM maps, and the
+	// reads leave the guest RAM in the page cache of the very file the VM
+	// maps: its first touches after the resume are no disk reads. (Those
+	// pages are charged to the worker's memory cgroup, which read them
+	// first, not to the VMM's; they are clean page cache of the sandbox's
+	// own memory file, at most its guest RAM.)
 	verify bool
 	// ph (may be nil) records the steps.
 	ph *phases
@@ -108,7 +114,12 @@ func (w *Worker) verifyBeside(ctx context.Context, sb *sandbox, snap string, m m
 	done := make(chan result, 1)
 	go func() {
 		t0 := time.Now()
-		err := verifyFiles(ctx, snap, m)
+		err := verifyFilesAt(ctx, m, func(name string) string {
+			if name == memFile || name == diskFile {
+				return sb.path(name)
+			}
+			return filepath.Join(snap, name)
+		})
 		done <- result{err, time.Since(t0)}
 	}()
 	var once sync.Once

@@ -97,13 +97,19 @@ func readManifest(dir string) (manifest, error) {
 
 // verifyFiles checks every file m lists in dir against its checksum.
 func verifyFiles(ctx context.Context, dir string, m manifest) error {
+	return verifyFilesAt(ctx, m, func(name string) string { return filepath.Join(dir, name) })
+}
+
+// verifyFilesAt checks every file m lists, found at path(name), against its
+// checksum.
+func verifyFilesAt(ctx context.Context, m manifest, path func(name string) string) error {
 	names := make([]string, 0, len(m.Files))
 	for n := range m.Files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		got, err := fileDigest(ctx, filepath.Join(dir, n))
+		got, err := fileDigest(ctx, path(n))
 		if err != nil {
 			if errors.Is(err, errdefs.ErrCancelled) {
 				return err
