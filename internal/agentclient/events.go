@@ -20,6 +20,8 @@ type EventStream struct {
 	last uint64
 	cl   *call
 	done bool
+	// moved is set once the current attach delivered an event.
+	moved bool
 }
 
 // Events opens the event stream of process id, starting after sequence
@@ -43,6 +45,7 @@ func (s *EventStream) attach() error {
 		return err
 	}
 	s.cl = cl
+	s.moved = false
 	return nil
 }
 
@@ -78,20 +81,23 @@ func (s *EventStream) Next() (agentproto.Event, error) {
 				continue // already delivered before a reconnect
 			}
 			s.last = ev.Seq
+			s.moved = true
 			if ev.Type == agentproto.EventExit {
 				s.done = true
 				s.cl.Close()
 			}
 			return ev, nil
 		}
-		if err == io.EOF && !s.cl.sess.IsClosed() {
-			// The agent ended the stream on a live link: nothing follows
-			// (after was already at or past the exit event).
+		if err == io.EOF && !s.cl.sess.IsClosed() && !s.moved {
+			// The agent ended the stream on a live link without an event:
+			// nothing follows (after was already at or past the exit event).
 			s.done = true
 			s.cl.Close()
 			return agentproto.Event{}, io.EOF
 		}
-		// Any other end before the exit event is a broken link: resume.
+		// Any other end before the exit event, an early end on a live link
+		// included (the agent gave up writing, e.g. its link write timed
+		// out), is a break: resume after the last event.
 		s.cl.Close()
 		s.cl = nil
 		if s.ctx.Err() != nil {
