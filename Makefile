@@ -19,7 +19,7 @@ FUZZTIME  ?= 60s
 
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all setup build run test vet bench fuzz clean
+.PHONY: all setup build run test vet bench fuzz clean images
 
 all: build
 
@@ -66,6 +66,12 @@ BUF_VERSION ?= v1.75.0
 generate:
 	cd proto && $(GO) run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION) lint
 	cd proto && $(GO) run github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION) generate
+
+## images: container images of the control plane and the worker, built
+## without a container daemon (mmdebstrap roots cached in /var/cache/space/images),
+## as archives in bin/images for kind load / ctr import / crane push; prints digests
+images: setup
+	$(GO) run ./deploy/images -o bin/images
 
 clean:
 	rm -rf bin
