@@ -211,3 +211,71 @@ func untar(t *testing.T, archive, dir string) {
 		w.Close()
 	}
 }
+
+// TestWorkerToolsRun runs, chrooted into the flattened worker image, the
+// tools the worker calls: their shared libraries and data files are all in
+// the image.
+func TestWorkerToolsRun(t *testing.T) {
+	o := testOptions(t)
+	o.only = []string{"worker"}
+	results, err := build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(results[0].Archive, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	extract(t, img, root)
+	for _, argv := range [][]string{
+		{"/usr/bin/qemu-system-x86_64", "-version"}, {"/usr/bin/qemu-img", "--version"},
+		{"/sbin/mkfs.btrfs", "--version"}, {"/sbin/mkfs.ext4", "-V"}, {"/usr/sbin/nft", "--version"},
+		{"/bin/ip", "-V"}, {"/usr/bin/mmdebstrap", "--version"}, {"/sbin/losetup", "--version"},
+		{"/usr/bin/space-agent", "-h"},
+	} {
+		out, err := exec.Command("chroot", append([]string{root}, argv...)...).CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "sage") {
+			t.Errorf("%q in the worker image: %v\n%s", argv, err, out)
+		}
+	}
+	out, _ := exec.Command("chroot", root, "/usr/bin/spaced", "-h").CombinedOutput()
+	if !strings.Contains(string(out), "-data-dir") {
+		t.Errorf("spaced -h in the worker image:\n%s", out)
+	}
+}
+
+// extract writes the image's flattened file system under root.
+func extract(t *testing.T, img v1.Image, root string) {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(root, filepath.Clean("/"+h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o755)
+		case tar.TypeSymlink:
+			err = os.Symlink(h.Linkname, p)
+		case tar.TypeLink:
+			err = os.Link(filepath.Join(root, filepath.Clean("/"+h.Linkname)), p)
+		case tar.TypeReg:
+			var f *os.File
+			if f, err = os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, os.FileMode(h.Mode&0o777)); err == nil {
+				_, err = io.Copy(f, tr)
+				f.Close()
+			}
+		}
+		if err != nil && !os.IsExist(err) {
+			t.Fatalf("extract %s: %v", h.Name, err)
+		}
+	}
+}
