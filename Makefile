@@ -19,7 +19,7 @@ FUZZTIME  ?= 60s
 
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all setup build run test vet bench fuzz clean images
+.PHONY: all setup build run test vet bench fuzz clean images kube
 
 all: build
 
@@ -41,10 +41,15 @@ run: setup build
 vet:
 	$(GO) vet ./...
 
+## kube: build the Kubernetes control plane binary the cluster tests run
+## (test/kube; once per machine, cached in /var/cache/space/kube)
+kube:
+	GO=$(GO) bash scripts/kube-build.sh
+
 ## test: set up, build, vet and run every test (CI runs this)
 ## (again under -race for RACE_PKGS, the fuzz targets briefly, then the leak check:
 ## no VMM, mount, loop device or netns the tests made may remain)
-test: setup build vet
+test: setup build vet kube
 	@bash scripts/leakcheck.sh --baseline .leak-baseline
 	$(GO) test -p $(TEST_P) -count=1 -timeout 25m $(TEST_FLAGS) ./...
 	$(GO) test -race -p $(TEST_P) -count=1 -timeout 20m $(TEST_FLAGS) $(RACE_PKGS)

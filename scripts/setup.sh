@@ -27,6 +27,7 @@ PACKAGES=(
   mmdebstrap
   util-linux procps
   postgresql
+  etcd-server
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -204,9 +205,23 @@ setup_e2b_sdk() {
 }
 # --- end of the E2B SDK block
 
+# --- Kubernetes rig (issue 11): etcd-server is in PACKAGES above; kubectl
+# comes from Debian's kubernetes-client only when the host has no kubectl
+# (some images ship one from another package that owns /usr/bin/kubectl, and
+# dpkg refuses to overwrite it). scripts/kube-build.sh builds the servers.
+setup_kubectl() {
+  command -v kubectl >/dev/null 2>&1 && return
+  apt_update
+  log "installing: kubernetes-client"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
+  command -v kubectl >/dev/null 2>&1 || die "kubectl missing after installing kubernetes-client"
+}
+# --- end of the Kubernetes rig block
+
 install_packages
 fetch_kernel
 check_host
 setup_client_sdks
 setup_e2b_sdk
+setup_kubectl
 log "ready (kernel cache: $KERNEL_DIR)"

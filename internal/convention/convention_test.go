@@ -97,6 +97,8 @@ func TestImports(t *testing.T) {
 		{who: []string{"internal/cluster"}, mayNot: []string{"internal/api", "internal/sandbox", "internal/store", "internal/operation", "internal/server"}},
 		// The worker protocol's generated code stands on nothing of ours.
 		{who: []string{"internal/workerpb"}, onlyOf: []string{"internal/workerpb"}},
+		// The server binary links no test rig (testenv, kuberig).
+		{who: []string{"cmd/spaced", "internal/server"}, mayNot: []string{"internal/testenv"}},
 		// Nothing but mains and the server wiring imports the server package.
 		{who: []string{"internal"}, except: "internal/server", mayNot: []string{"internal/server"}},
 	}
