@@ -48,11 +48,10 @@ func registerNode(t *testing.T, client kubernetes.Interface, name, test string) 
 		}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: sandboxTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 	}
-	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create node %s: %v", name, err)
-	}
-	created.Status = corev1.NodeStatus{
+	// A Node takes its status on create (as a kubelet's registration
+	// does); a separate status update would race the controllers that
+	// taint the new node.
+	node.Status = corev1.NodeStatus{
 		Capacity:    capacity,
 		Allocatable: capacity,
 		Conditions: []corev1.NodeCondition{{
@@ -61,8 +60,9 @@ func registerNode(t *testing.T, client kubernetes.Interface, name, test string) 
 		}},
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
 	}
-	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("node %s status: %v", name, err)
+	created, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create node %s: %v", name, err)
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	n := &handNode{name: name, stop: cancel, client: client}
