@@ -18,6 +18,7 @@ import (
 	"github.com/space-sandbox/space/internal/cluster/node"
 	"github.com/space-sandbox/space/internal/cluster/placement"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/testenv"
 	"github.com/space-sandbox/space/internal/testenv/kuberig"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -189,23 +190,16 @@ func (f *fleet) cleanup() {
 	}
 }
 
-// eventually waits, at most timeout, for cond; it fails the test with
-// cond's last word otherwise.
+// eventually waits, at most timeout, for cond (testenv.Eventually); it
+// fails the test with cond's last word otherwise.
 func (f *fleet) eventually(timeout time.Duration, what string, cond func() (bool, string)) {
 	f.t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, why := cond()
-		if ok {
-			return
+	testenv.Eventually(f.t, timeout, func() error {
+		if ok, why := cond(); !ok {
+			return fmt.Errorf("%s: %s", what, why)
 		}
-		last = why
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: not within %s (last: %s)", what, timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // testWriter sends logs to t.Log while the test runs.
