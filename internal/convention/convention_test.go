@@ -99,6 +99,9 @@ func TestImports(t *testing.T) {
 		{who: []string{"internal/workerpb"}, onlyOf: []string{"internal/workerpb"}},
 		// The server binary links no test rig (testenv, kuberig).
 		{who: []string{"cmd/spaced", "internal/server"}, mayNot: []string{"internal/testenv"}},
+		// The object store client knows only the error taxonomy: no worker,
+		// API, store or VMM, so any of them can use it.
+		{who: []string{"internal/objstore"}, onlyOf: []string{"internal/objstore", "internal/errdefs"}},
 		// Nothing but mains and the server wiring imports the server package.
 		{who: []string{"internal"}, except: "internal/server", mayNot: []string{"internal/server"}},
 	}
