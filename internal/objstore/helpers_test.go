@@ -2,10 +2,11 @@ package objstore_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -91,7 +92,7 @@ func openStore(t testing.TB, srv *s3test.Server, opts objstore.Options) *objstor
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc.Prefix = "t/" + strings.Trim(unsafeChars.ReplaceAllString(t.Name(), "-"), "-") + "-" + hex.EncodeToString(randBytes(3))
+	loc.Prefix = "t/" + strings.Trim(unsafeChars.ReplaceAllString(t.Name(), "-"), "-") + "-" + rand.Text()[:8] // fresh per run: -count=N reuses the server
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := objstore.Open(ctx, loc, objstore.Credentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}, opts)
@@ -130,7 +131,7 @@ func testCtx(t testing.TB) context.Context {
 
 func randBytes(n int) []byte {
 	b := make([]byte, n)
-	r := rand.NewChaCha8([32]byte{byte(n), byte(n >> 8), byte(n >> 16)})
+	r := mrand.NewChaCha8([32]byte{byte(n), byte(n >> 8), byte(n >> 16)})
 	r.Read(b)
 	return b
 }
