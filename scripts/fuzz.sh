@@ -28,6 +28,14 @@ mapfile -t dirs < <(grep -rlE '^func Fuzz[A-Z0-9_a-z]*\(f \*testing\.F\)' --incl
 # target names, then its "ok  <import path>" line.
 list=$("$go" test -list '^Fuzz' "${dirs[@]}" 2>&1) || { echo "$list"; echo "fuzz: FAILED: go test -list"; exit 1; }
 
+# bare_deadline: the output is Go's spurious end of a timed fuzz run: a
+# "context deadline exceeded" failure with no failing input, panic or
+# test error.
+bare_deadline() {
+  grep -q 'context deadline exceeded' <<<"$1" &&
+    ! grep -qE 'Failing input written|panic:|_test\.go:[0-9]+:' <<<"$1"
+}
+
 failed=()
 total=0
 printf '%-40s %-22s %12s\n' package target execs
@@ -50,9 +58,17 @@ while read -r first pkg _; do
     continue
   fi
   for name in "${names[@]}"; do
-    out=$(cd "$short" && "$exe" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$fuzztime" \
-      -test.fuzzcachedir "$cache/$pkg" -test.timeout 30m -test.paniconexit0 2>&1)
-    rc=$?
+    # Go 1.26's fuzz coordinator can end a run whose -fuzztime expired
+    # with a bare "context deadline exceeded" and no failing input
+    # (golang/go#75804, fixed in Go 1.27). Such a run is tried once more;
+    # a run that wrote a failing input, panicked or failed otherwise fails.
+    for attempt in 1 2; do
+      out=$(cd "$short" && "$exe" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$fuzztime" \
+        -test.fuzzcachedir "$cache/$pkg" -test.timeout 30m -test.paniconexit0 2>&1)
+      rc=$?
+      [ $rc -ne 0 ] && bare_deadline "$out" && [ $attempt -eq 1 ] || break
+      echo "fuzz: $short $name ended with the fuzz coordinator's deadline race (golang/go#75804); running it again"
+    done
     execs=$(grep -oE 'execs: [0-9]+' <<<"$out" | tail -1 | grep -oE '[0-9]+')
     # A large cached corpus can take the whole run to replay (each entry
     # is run once, as "baseline coverage"); say how far it got.
