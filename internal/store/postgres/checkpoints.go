@@ -11,25 +11,26 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const checkpointCols = `id, tenant_id, sandbox_id, name, parent, state, template, template_digest, vcpus, memory_mib,
 	disk_mib, worker, size_bytes, created_at`
 
-func scanCheckpoint(row pgx.Row) (*store.Checkpoint, error) {
+func scanCheckpoint(row storecodec.Row) (*store.Checkpoint, error) {
 	var c store.Checkpoint
 	var created int64
 	if err := row.Scan(&c.ID, &c.TenantID, &c.SandboxID, &c.Name, &c.Parent, &c.State, &c.Template, &c.TemplateDigest,
 		&c.VCPUs, &c.MemoryMiB, &c.DiskMiB, &c.Worker, &c.SizeBytes, &created); err != nil {
 		return nil, err
 	}
-	c.CreatedAt = fromNanos(created)
+	c.CreatedAt = storecodec.FromNanos(created)
 	return &c, nil
 }
 
 func checkpointArgs(c *store.Checkpoint) []any {
 	return []any{c.ID, c.TenantID, c.SandboxID, c.Name, c.Parent, string(c.State), c.Template, c.TemplateDigest,
-		c.VCPUs, c.MemoryMiB, c.DiskMiB, c.Worker, c.SizeBytes, nanos(c.CreatedAt)}
+		c.VCPUs, c.MemoryMiB, c.DiskMiB, c.Worker, c.SizeBytes, storecodec.Nanos(c.CreatedAt)}
 }
 
 // CreateCheckpoint inserts c, filling ID and CreatedAt when empty.
@@ -41,9 +42,9 @@ func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error
 		ck.ID = store.NewID(store.PrefixCheckpoint)
 	}
 	if ck.CreatedAt.IsZero() {
-		ck.CreatedAt = now()
+		ck.CreatedAt = storecodec.Now()
 	}
-	ck.CreatedAt = norm(ck.CreatedAt)
+	ck.CreatedAt = storecodec.Norm(ck.CreatedAt)
 	_, err := c.exec(ctx, "create checkpoint", `INSERT INTO checkpoints (`+checkpointCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, checkpointArgs(ck)...)
 	return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 func (c *conn) CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error {
@@ -15,10 +16,10 @@ func (c *conn) CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error {
 		return errdefs.New(errdefs.ErrInvalidArgument, "envd token sandbox, tenant and hash are required")
 	}
 	if t.CreatedAt.IsZero() {
-		t.CreatedAt = now()
+		t.CreatedAt = storecodec.Now()
 	}
 	_, err := c.exec(ctx, "create envd token", `INSERT INTO envd_tokens (sandbox_id, hash, tenant_id, created_at) VALUES ($1, $2, $3, $4)`,
-		t.SandboxID, t.Hash, t.TenantID, nanos(t.CreatedAt))
+		t.SandboxID, t.Hash, t.TenantID, storecodec.Nanos(t.CreatedAt))
 	return err
 }
 
@@ -34,6 +35,6 @@ func (c *conn) GetEnvdToken(ctx context.Context, sandboxID, hash string) (*store
 	if err != nil {
 		return nil, dbErr("get envd token", err)
 	}
-	t.CreatedAt = fromNanos(created)
+	t.CreatedAt = storecodec.FromNanos(created)
 	return t, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 // Operation leases run on the database's clock, so replicas whose clocks
@@ -80,7 +81,7 @@ func (c *conn) RenewOperationLeases(ctx context.Context, owner string, ids []str
 		return held, nil
 	}
 	err := c.step(ctx, func(tc *conn) error {
-		got, err := collect(ctx, tc, "renew operation leases", func(row pgx.Row) (string, error) {
+		got, err := collect(ctx, tc, "renew operation leases", func(row storecodec.Row) (string, error) {
 			var id string
 			err := row.Scan(&id)
 			return id, err

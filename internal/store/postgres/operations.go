@@ -10,12 +10,13 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at,
 	lease_owner, lease_expires_at`
 
-func scanOp(row pgx.Row) (*store.Operation, error) {
+func scanOp(row storecodec.Row) (*store.Operation, error) {
 	var op store.Operation
 	var progress, errInfo, result, params *string
 	var created, updated, leaseExpires int64
@@ -25,22 +26,22 @@ func scanOp(row pgx.Row) (*store.Operation, error) {
 		return nil, err
 	}
 	var err error
-	if op.Progress, err = jsonFrom[store.Progress](progress); err != nil {
+	if op.Progress, err = storecodec.JSONFrom[store.Progress](progress); err != nil {
 		return nil, err
 	}
-	if op.Error, err = jsonFrom[store.ErrorInfo](errInfo); err != nil {
+	if op.Error, err = storecodec.JSONFrom[store.ErrorInfo](errInfo); err != nil {
 		return nil, err
 	}
-	op.Result, op.Params = rawFrom(result), rawFrom(params)
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = fromNanos(created), fromNanos(updated), timePtr(done)
+	op.Result, op.Params = storecodec.RawFrom(result), storecodec.RawFrom(params)
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.FromNanos(created), storecodec.FromNanos(updated), storecodec.TimePtr(done)
 	if leaseExpires != 0 {
-		op.LeaseExpiresAt = fromNanos(leaseExpires)
+		op.LeaseExpiresAt = storecodec.FromNanos(leaseExpires)
 	}
 	return &op, nil
 }
 
 func normOp(op *store.Operation) {
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = norm(op.CreatedAt), norm(op.UpdatedAt), normPtr(op.DoneAt)
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.Norm(op.CreatedAt), storecodec.Norm(op.UpdatedAt), storecodec.NormPtr(op.DoneAt)
 	if len(op.Result) == 0 {
 		op.Result = nil
 	}
@@ -61,7 +62,7 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 	if op.State == "" {
 		op.State = store.OpPending
 	}
-	t := now()
+	t := storecodec.Now()
 	if op.CreatedAt.IsZero() {
 		op.CreatedAt = t
 	}
@@ -70,8 +71,8 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 	normOp(op)
 	_, err := c.exec(ctx, "create operation", `INSERT INTO operations (`+opCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, '', 0)`,
-		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error),
-		rawText(op.Result), rawText(op.Params), nanos(op.CreatedAt), nanos(op.UpdatedAt), nullNanos(op.DoneAt))
+		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error),
+		storecodec.RawText(op.Result), storecodec.RawText(op.Params), storecodec.Nanos(op.CreatedAt), storecodec.Nanos(op.UpdatedAt), storecodec.NullNanos(op.DoneAt))
 	return err
 }
 
@@ -128,7 +129,7 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 		if to != "" {
 			op.State = to
 		}
-		op.UpdatedAt = now()
+		op.UpdatedAt = storecodec.Now()
 		if op.State.Terminal() && op.DoneAt == nil {
 			d := op.UpdatedAt
 			op.DoneAt = &d
@@ -136,8 +137,8 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 		normOp(op)
 		_, err = tc.q.Exec(ctx, `UPDATE operations SET type = $1, target = $2, state = $3, progress = $4, error = $5,
 			result = $6, params = $7, updated_at = $8, done_at = $9 WHERE id = $10`,
-			string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error), rawText(op.Result),
-			rawText(op.Params), nanos(op.UpdatedAt), nullNanos(op.DoneAt), op.ID)
+			string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error), storecodec.RawText(op.Result),
+			storecodec.RawText(op.Params), storecodec.Nanos(op.UpdatedAt), storecodec.NullNanos(op.DoneAt), op.ID)
 		if err != nil {
 			return dbErr("update operation", err)
 		}

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 // args collects a statement's arguments and names their placeholders.
@@ -40,10 +39,10 @@ func (q *pageQuery) arg(v any) string { return q.args.add(v) }
 
 // listPage runs q and returns one page; key gives a row's (created_at, id),
 // from which the next page token is made.
-func listPage[T any](ctx context.Context, c *conn, q pageQuery, scan func(pgx.Row) (T, error),
+func listPage[T any](ctx context.Context, c *conn, q pageQuery, scan func(storecodec.Row) (T, error),
 	key func(T) (time.Time, string)) (store.Page[T], error) {
 	var page store.Page[T]
-	cur, err := decodeCursor(q.PageToken)
+	cur, err := storecodec.DecodeCursor(q.PageToken)
 	if err != nil {
 		return page, err
 	}
@@ -53,53 +52,35 @@ func listPage[T any](ctx context.Context, c *conn, q pageQuery, scan func(pgx.Ro
 	}
 	if cur != nil {
 		// A row-value comparison: one index range scan.
-		q.filter("(created_at, id) " + cmp + " (" + q.arg(cur.at) + ", " + q.arg(cur.id) + ")")
+		q.filter("(created_at, id) " + cmp + " (" + q.arg(cur.At) + ", " + q.arg(cur.ID) + ")")
 	}
 	sql := "SELECT " + q.cols + " FROM " + q.table
 	if len(q.where) > 0 {
 		sql += " WHERE " + strings.Join(q.where, " AND ")
 	}
-	n := pageSize(q.PageSize)
+	n := storecodec.PageSize(q.PageSize)
 	sql += " ORDER BY " + order + " LIMIT " + q.arg(n+1)
 	rows, err := c.q.Query(ctx, sql, q.args...)
 	if err != nil {
 		return page, dbErr(q.what, err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		item, err := scan(rows)
-		if err != nil {
-			return page, dbErr(q.what, err)
-		}
-		page.Items = append(page.Items, item)
-	}
-	if err := rows.Err(); err != nil {
+	items, err := storecodec.ScanAll(rows, scan)
+	if err != nil {
 		return page, dbErr(q.what, err)
 	}
-	if len(page.Items) > n {
-		page.Items = page.Items[:n]
-		at, id := key(page.Items[n-1])
-		page.NextPageToken = encodeCursor(nanos(at), id)
-	}
-	return page, nil
+	return storecodec.CutPage(items, n, key), nil
 }
 
 // collect runs a query and scans every row.
-func collect[T any](ctx context.Context, c *conn, what string, scan func(pgx.Row) (T, error), sql string, a ...any) ([]T, error) {
+func collect[T any](ctx context.Context, c *conn, what string, scan func(storecodec.Row) (T, error), sql string, a ...any) ([]T, error) {
 	rows, err := c.q.Query(ctx, sql, a...)
 	if err != nil {
 		return nil, dbErr(what, err)
 	}
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		item, err := scan(rows)
-		if err != nil {
-			return nil, dbErr(what, err)
-		}
-		out = append(out, item)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := storecodec.ScanAll(rows, scan)
+	if err != nil {
 		return nil, dbErr(what, err)
 	}
 	return out, nil

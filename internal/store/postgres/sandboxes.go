@@ -12,12 +12,13 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const sandboxCols = `id, tenant_id, template, template_digest, state, vcpus, memory_mib, disk_mib, env, metadata::text,
 	network, worker, timeout_seconds, idle_timeout_seconds, created_at, updated_at, expires_at, last_activity_at, last_error`
 
-func scanSandbox(row pgx.Row) (*store.Sandbox, error) {
+func scanSandbox(row storecodec.Row) (*store.Sandbox, error) {
 	var sb store.Sandbox
 	var env, md string
 	var network, lastErr *string
@@ -29,33 +30,33 @@ func scanSandbox(row pgx.Row) (*store.Sandbox, error) {
 		return nil, err
 	}
 	var err error
-	if sb.Env, err = mapFrom(env); err != nil {
+	if sb.Env, err = storecodec.MapFrom(env); err != nil {
 		return nil, err
 	}
-	if sb.Metadata, err = mapFrom(md); err != nil {
+	if sb.Metadata, err = storecodec.MapFrom(md); err != nil {
 		return nil, err
 	}
-	if sb.LastError, err = jsonFrom[store.ErrorInfo](lastErr); err != nil {
+	if sb.LastError, err = storecodec.JSONFrom[store.ErrorInfo](lastErr); err != nil {
 		return nil, err
 	}
-	sb.Network = rawFrom(network)
-	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = fromNanos(created), fromNanos(updated), fromNanos(activity)
-	sb.ExpiresAt = timePtr(expires)
+	sb.Network = storecodec.RawFrom(network)
+	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = storecodec.FromNanos(created), storecodec.FromNanos(updated), storecodec.FromNanos(activity)
+	sb.ExpiresAt = storecodec.TimePtr(expires)
 	return &sb, nil
 }
 
 func sandboxArgs(sb *store.Sandbox) []any {
 	return []any{sb.ID, sb.TenantID, sb.Template, sb.TemplateDigest, string(sb.State), sb.VCPUs, sb.MemoryMiB,
-		sb.DiskMiB, mapText(sb.Env), mapText(sb.Metadata), rawText(sb.Network), sb.Worker, sb.TimeoutSeconds,
-		sb.IdleTimeoutSeconds, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nullNanos(sb.ExpiresAt),
-		nanos(sb.LastActivityAt), jsonText(sb.LastError)}
+		sb.DiskMiB, storecodec.MapText(sb.Env), storecodec.MapText(sb.Metadata), storecodec.RawText(sb.Network), sb.Worker, sb.TimeoutSeconds,
+		sb.IdleTimeoutSeconds, storecodec.Nanos(sb.CreatedAt), storecodec.Nanos(sb.UpdatedAt), storecodec.NullNanos(sb.ExpiresAt),
+		storecodec.Nanos(sb.LastActivityAt), storecodec.JSONText(sb.LastError)}
 }
 
 // normSandbox makes sb what a read of it returns.
 func normSandbox(sb *store.Sandbox) {
-	sb.Env, sb.Metadata = normMap(sb.Env), normMap(sb.Metadata)
-	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = norm(sb.CreatedAt), norm(sb.UpdatedAt), norm(sb.LastActivityAt)
-	sb.ExpiresAt = normPtr(sb.ExpiresAt)
+	sb.Env, sb.Metadata = storecodec.NormMap(sb.Env), storecodec.NormMap(sb.Metadata)
+	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = storecodec.Norm(sb.CreatedAt), storecodec.Norm(sb.UpdatedAt), storecodec.Norm(sb.LastActivityAt)
+	sb.ExpiresAt = storecodec.NormPtr(sb.ExpiresAt)
 	if len(sb.Network) == 0 {
 		sb.Network = nil
 	}
@@ -70,7 +71,7 @@ func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	if sb.ID == "" {
 		sb.ID = store.NewID(store.PrefixSandbox)
 	}
-	t := now()
+	t := storecodec.Now()
 	if sb.CreatedAt.IsZero() {
 		sb.CreatedAt = t
 	}
@@ -224,7 +225,7 @@ func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from 
 		if to != "" {
 			sb.State = to
 		}
-		sb.UpdatedAt = now()
+		sb.UpdatedAt = storecodec.Now()
 		normSandbox(sb)
 		a := sandboxArgs(sb)[2:] // everything after id, tenant_id
 		a = append(a, sb.ID)

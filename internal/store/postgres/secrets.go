@@ -8,6 +8,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 // PutSecret inserts or replaces a sealed secret in one statement; the
@@ -17,12 +18,12 @@ func (c *conn) PutSecret(ctx context.Context, s *store.Secret) (created bool, er
 	if s.TenantID == "" || s.Name == "" || len(s.Sealed) == 0 {
 		return false, errdefs.New(errdefs.ErrInvalidArgument, "secret tenant, name and value are required")
 	}
-	t := now()
+	t := storecodec.Now()
 	var createdAt int64
 	err = c.step(ctx, func(tc *conn) error {
 		err := tc.q.QueryRow(ctx, `INSERT INTO secrets (tenant_id, name, sealed, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
 			ON CONFLICT (tenant_id, name) DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at
-			RETURNING created_at, (xmax = 0)`, s.TenantID, s.Name, s.Sealed, nanos(t)).Scan(&createdAt, &created)
+			RETURNING created_at, (xmax = 0)`, s.TenantID, s.Name, s.Sealed, storecodec.Nanos(t)).Scan(&createdAt, &created)
 		if err != nil {
 			return dbErr("put secret", err)
 		}
@@ -31,7 +32,7 @@ func (c *conn) PutSecret(ctx context.Context, s *store.Secret) (created bool, er
 	if err != nil {
 		return false, err
 	}
-	s.CreatedAt, s.UpdatedAt = fromNanos(createdAt), t
+	s.CreatedAt, s.UpdatedAt = storecodec.FromNanos(createdAt), t
 	return created, nil
 }
 
@@ -47,18 +48,18 @@ func (c *conn) GetSecret(ctx context.Context, tenantID, name string) (*store.Sec
 	if err != nil {
 		return nil, dbErr("get secret", err)
 	}
-	s.CreatedAt, s.UpdatedAt = fromNanos(created), fromNanos(updated)
+	s.CreatedAt, s.UpdatedAt = storecodec.FromNanos(created), storecodec.FromNanos(updated)
 	return s, nil
 }
 
 func (c *conn) ListSecrets(ctx context.Context, tenantID string) ([]*store.Secret, error) {
-	out, err := collect(ctx, c.bind(ctx), "list secrets", func(row pgx.Row) (*store.Secret, error) {
+	out, err := collect(ctx, c.bind(ctx), "list secrets", func(row storecodec.Row) (*store.Secret, error) {
 		s := &store.Secret{TenantID: tenantID}
 		var created, updated int64
 		if err := row.Scan(&s.Name, &created, &updated); err != nil {
 			return nil, err
 		}
-		s.CreatedAt, s.UpdatedAt = fromNanos(created), fromNanos(updated)
+		s.CreatedAt, s.UpdatedAt = storecodec.FromNanos(created), storecodec.FromNanos(updated)
 		return s, nil
 	}, `SELECT name, created_at, updated_at FROM secrets WHERE tenant_id = $1 ORDER BY name`, tenantID)
 	if out == nil && err == nil {

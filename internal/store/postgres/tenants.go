@@ -8,17 +8,18 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const tenantCols = `id, name, max_sandboxes, max_vcpus, max_memory_mib, created_at`
 
-func scanTenant(row pgx.Row) (*store.Tenant, error) {
+func scanTenant(row storecodec.Row) (*store.Tenant, error) {
 	var t store.Tenant
 	var created int64
 	if err := row.Scan(&t.ID, &t.Name, &t.Quota.MaxSandboxes, &t.Quota.MaxVCPUs, &t.Quota.MaxMemoryMiB, &created); err != nil {
 		return nil, err
 	}
-	t.CreatedAt = fromNanos(created)
+	t.CreatedAt = storecodec.FromNanos(created)
 	return &t, nil
 }
 
@@ -31,11 +32,11 @@ func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 		t.ID = store.NewID(store.PrefixTenant)
 	}
 	if t.CreatedAt.IsZero() {
-		t.CreatedAt = now()
+		t.CreatedAt = storecodec.Now()
 	}
-	t.CreatedAt = norm(t.CreatedAt)
+	t.CreatedAt = storecodec.Norm(t.CreatedAt)
 	_, err := c.exec(ctx, "create tenant", `INSERT INTO tenants (`+tenantCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
-		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, nanos(t.CreatedAt))
+		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, storecodec.Nanos(t.CreatedAt))
 	return err
 }
 
@@ -86,15 +87,15 @@ func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) err
 
 const keyCols = `id, tenant_id, prefix, hash, admin, created_at, revoked_at`
 
-func scanKey(row pgx.Row) (*store.APIKey, error) {
+func scanKey(row storecodec.Row) (*store.APIKey, error) {
 	var k store.APIKey
 	var created int64
 	var revoked *int64
 	if err := row.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked); err != nil {
 		return nil, err
 	}
-	k.CreatedAt = fromNanos(created)
-	k.RevokedAt = timePtr(revoked)
+	k.CreatedAt = storecodec.FromNanos(created)
+	k.RevokedAt = storecodec.TimePtr(revoked)
 	return &k, nil
 }
 
@@ -107,12 +108,12 @@ func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 		k.ID = store.NewID(store.PrefixAPIKey)
 	}
 	if k.CreatedAt.IsZero() {
-		k.CreatedAt = now()
+		k.CreatedAt = storecodec.Now()
 	}
-	k.CreatedAt = norm(k.CreatedAt)
-	k.RevokedAt = normPtr(k.RevokedAt)
+	k.CreatedAt = storecodec.Norm(k.CreatedAt)
+	k.RevokedAt = storecodec.NormPtr(k.RevokedAt)
 	_, err := c.exec(ctx, "create api key", `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, nanos(k.CreatedAt), nullNanos(k.RevokedAt))
+		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, storecodec.Nanos(k.CreatedAt), storecodec.NullNanos(k.RevokedAt))
 	return err
 }
 
@@ -130,7 +131,7 @@ func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey,
 
 // RevokeAPIKey marks a key revoked; revoking twice keeps the first time.
 func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
-	n, err := c.exec(ctx, "revoke api key", `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2`, nanos(now()), id)
+	n, err := c.exec(ctx, "revoke api key", `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2`, storecodec.Nanos(storecodec.Now()), id)
 	if err != nil {
 		return err
 	}

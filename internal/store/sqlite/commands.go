@@ -9,27 +9,28 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const cmdCols = `id, tenant_id, sandbox_id, process_id, spec, state, pid, exit, created_at, started_at`
 
-func scanCmd(row interface{ Scan(...any) error }) (*store.Command, error) {
+func scanCmd(row storecodec.Row) (*store.Command, error) {
 	var cmd store.Command
 	var spec string
-	var exit sql.NullString
+	var exit *string
 	var created int64
-	var started sql.NullInt64
+	var started *int64
 	if err := row.Scan(&cmd.ID, &cmd.TenantID, &cmd.SandboxID, &cmd.ProcessID, &spec, &cmd.State, &cmd.PID, &exit, &created, &started); err != nil {
 		return nil, err
 	}
-	cmd.Spec = rawFrom(sql.NullString{String: spec, Valid: true})
-	cmd.Exit = rawFrom(exit)
-	cmd.CreatedAt, cmd.StartedAt = fromNanos(created), timePtr(started)
+	cmd.Spec = storecodec.RawFrom(&spec)
+	cmd.Exit = storecodec.RawFrom(exit)
+	cmd.CreatedAt, cmd.StartedAt = storecodec.FromNanos(created), storecodec.TimePtr(started)
 	return &cmd, nil
 }
 
 func normCmd(cmd *store.Command) {
-	cmd.CreatedAt, cmd.StartedAt = norm(cmd.CreatedAt), normPtr(cmd.StartedAt)
+	cmd.CreatedAt, cmd.StartedAt = storecodec.Norm(cmd.CreatedAt), storecodec.NormPtr(cmd.StartedAt)
 	if len(cmd.Spec) == 0 {
 		cmd.Spec = nil
 	}
@@ -55,7 +56,7 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 		cmd.State = store.CommandCreated
 	}
 	if cmd.CreatedAt.IsZero() {
-		cmd.CreatedAt = now()
+		cmd.CreatedAt = storecodec.Now()
 	}
 	normCmd(cmd)
 	return c.atomic(ctx, func(tc *conn) error {
@@ -64,8 +65,8 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 			return err
 		}
 		_, err := tc.wr.ExecContext(ctx, `INSERT INTO commands (`+cmdCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit),
-			nanos(cmd.CreatedAt), nullNanos(cmd.StartedAt))
+			cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit),
+			storecodec.Nanos(cmd.CreatedAt), storecodec.NullNanos(cmd.StartedAt))
 		if err != nil {
 			return dbErr("create command", err)
 		}
@@ -112,7 +113,7 @@ func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.Comman
 		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepProcess, keepCreated
 		normCmd(cmd)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE commands SET spec = ?, state = ?, pid = ?, exit = ?, started_at = ? WHERE id = ?`,
-			string(cmd.Spec), string(cmd.State), cmd.PID, rawText(cmd.Exit), nullNanos(cmd.StartedAt), cmd.ID)
+			string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit), storecodec.NullNanos(cmd.StartedAt), cmd.ID)
 		if err != nil {
 			return dbErr("update command", err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 func (c *conn) CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error {
@@ -15,10 +16,10 @@ func (c *conn) CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error {
 		return errdefs.New(errdefs.ErrInvalidArgument, "envd token sandbox, tenant and hash are required")
 	}
 	if t.CreatedAt.IsZero() {
-		t.CreatedAt = now()
+		t.CreatedAt = storecodec.Now()
 	}
 	if _, err := c.wr.ExecContext(ctx, `INSERT INTO envd_tokens (sandbox_id, hash, tenant_id, created_at) VALUES (?, ?, ?, ?)`,
-		t.SandboxID, t.Hash, t.TenantID, nanos(t.CreatedAt)); err != nil {
+		t.SandboxID, t.Hash, t.TenantID, storecodec.Nanos(t.CreatedAt)); err != nil {
 		return dbErr("create envd token", err)
 	}
 	return nil
@@ -36,6 +37,6 @@ func (c *conn) GetEnvdToken(ctx context.Context, sandboxID, hash string) (*store
 	if err != nil {
 		return nil, dbErr("get envd token", err)
 	}
-	t.CreatedAt = fromNanos(created)
+	t.CreatedAt = storecodec.FromNanos(created)
 	return t, nil
 }

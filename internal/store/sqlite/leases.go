@@ -6,6 +6,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 // Operation leases. SQLite serves one node, so the store's clock is this
@@ -29,9 +30,9 @@ func (c *conn) ClaimOperation(ctx context.Context, id, owner string, ttl time.Du
 	}
 	var out *store.Operation
 	err := c.atomic(ctx, func(tc *conn) error {
-		t := now()
+		t := storecodec.Now()
 		res, err := tc.wr.ExecContext(ctx, `UPDATE operations SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND `+leaseFree,
-			owner, nanos(t.Add(ttl)), id, owner, nanos(t))
+			owner, storecodec.Nanos(t.Add(ttl)), id, owner, storecodec.Nanos(t))
 		if err != nil {
 			return dbErr("claim operation", err)
 		}
@@ -62,31 +63,23 @@ func (c *conn) RenewOperationLeases(ctx context.Context, owner string, ids []str
 		return held, nil
 	}
 	err := c.atomic(ctx, func(tc *conn) error {
-		t := now()
+		t := storecodec.Now()
 		for start := 0; start < len(ids); start += renewChunk {
 			chunk := ids[start:min(start+renewChunk, len(ids))]
-			args := []any{nanos(t.Add(ttl)), owner}
+			args := []any{storecodec.Nanos(t.Add(ttl)), owner}
 			for _, id := range chunk {
 				args = append(args, id)
 			}
-			rows, err := tc.wr.QueryContext(ctx, `UPDATE operations SET lease_expires_at = ?
+			got, err := collect(ctx, tc.wr, "renew operation leases", func(row storecodec.Row) (string, error) {
+				var id string
+				err := row.Scan(&id)
+				return id, err
+			}, `UPDATE operations SET lease_expires_at = ?
 				WHERE lease_owner = ? AND state IN ('pending', 'running') AND id IN (`+placeholders(len(chunk))+`) RETURNING id`, args...)
 			if err != nil {
-				return dbErr("renew operation leases", err)
+				return err
 			}
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return dbErr("renew operation leases", err)
-				}
-				held = append(held, id)
-			}
-			err = rows.Err()
-			rows.Close()
-			if err != nil {
-				return dbErr("renew operation leases", err)
-			}
+			held = append(held, got...)
 		}
 		return nil
 	})
@@ -110,33 +103,21 @@ func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl tim
 	}
 	var out []*store.Operation
 	err := c.atomic(ctx, func(tc *conn) error {
-		t := now()
-		rows, err := tc.wr.QueryContext(ctx, `SELECT `+opCols+` FROM operations
+		t := storecodec.Now()
+		var err error
+		out, err = collect(ctx, tc.wr, "claim expired operations", scanOp, `SELECT `+opCols+` FROM operations
 			WHERE state IN ('pending', 'running') AND (lease_owner = '' OR lease_expires_at < ?)
-			ORDER BY created_at, id LIMIT ?`, nanos(t), limit)
+			ORDER BY created_at, id LIMIT ?`, storecodec.Nanos(t), limit)
 		if err != nil {
-			return dbErr("claim expired operations", err)
-		}
-		for rows.Next() {
-			op, err := scanOp(rows)
-			if err != nil {
-				rows.Close()
-				return dbErr("claim expired operations", err)
-			}
-			out = append(out, op)
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return dbErr("claim expired operations", err)
+			return err
 		}
 		expires := t.Add(ttl)
 		for _, op := range out {
 			if _, err := tc.wr.ExecContext(ctx, `UPDATE operations SET lease_owner = ?, lease_expires_at = ? WHERE id = ?`,
-				owner, nanos(expires), op.ID); err != nil {
+				owner, storecodec.Nanos(expires), op.ID); err != nil {
 				return dbErr("claim expired operations", err)
 			}
-			op.LeaseOwner, op.LeaseExpiresAt = owner, fromNanos(nanos(expires))
+			op.LeaseOwner, op.LeaseExpiresAt = owner, storecodec.FromNanos(storecodec.Nanos(expires))
 		}
 		return nil
 	})

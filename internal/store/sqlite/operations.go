@@ -9,38 +9,39 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at,
 	lease_owner, lease_expires_at`
 
-func scanOp(row interface{ Scan(...any) error }) (*store.Operation, error) {
+func scanOp(row storecodec.Row) (*store.Operation, error) {
 	var op store.Operation
-	var progress, errInfo, result, params sql.NullString
+	var progress, errInfo, result, params *string
 	var created, updated int64
-	var done sql.NullInt64
+	var done *int64
 	var leaseExpires int64
 	if err := row.Scan(&op.ID, &op.TenantID, &op.Type, &op.Target, &op.State, &progress, &errInfo, &result, &params,
 		&created, &updated, &done, &op.LeaseOwner, &leaseExpires); err != nil {
 		return nil, err
 	}
 	var err error
-	if op.Progress, err = jsonFrom[store.Progress](progress); err != nil {
+	if op.Progress, err = storecodec.JSONFrom[store.Progress](progress); err != nil {
 		return nil, err
 	}
-	if op.Error, err = jsonFrom[store.ErrorInfo](errInfo); err != nil {
+	if op.Error, err = storecodec.JSONFrom[store.ErrorInfo](errInfo); err != nil {
 		return nil, err
 	}
-	op.Result, op.Params = rawFrom(result), rawFrom(params)
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = fromNanos(created), fromNanos(updated), timePtr(done)
+	op.Result, op.Params = storecodec.RawFrom(result), storecodec.RawFrom(params)
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.FromNanos(created), storecodec.FromNanos(updated), storecodec.TimePtr(done)
 	if leaseExpires != 0 {
-		op.LeaseExpiresAt = fromNanos(leaseExpires)
+		op.LeaseExpiresAt = storecodec.FromNanos(leaseExpires)
 	}
 	return &op, nil
 }
 
 func normOp(op *store.Operation) {
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = norm(op.CreatedAt), norm(op.UpdatedAt), normPtr(op.DoneAt)
+	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.Norm(op.CreatedAt), storecodec.Norm(op.UpdatedAt), storecodec.NormPtr(op.DoneAt)
 	if len(op.Result) == 0 {
 		op.Result = nil
 	}
@@ -62,7 +63,7 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 	if op.State == "" {
 		op.State = store.OpPending
 	}
-	t := now()
+	t := storecodec.Now()
 	if op.CreatedAt.IsZero() {
 		op.CreatedAt = t
 	}
@@ -70,8 +71,8 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{} // only ClaimOperation takes a lease
 	normOp(op)
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO operations (`+opCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0)`,
-		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error),
-		rawText(op.Result), rawText(op.Params), nanos(op.CreatedAt), nanos(op.UpdatedAt), nullNanos(op.DoneAt))
+		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error),
+		storecodec.RawText(op.Result), storecodec.RawText(op.Params), storecodec.Nanos(op.CreatedAt), storecodec.Nanos(op.UpdatedAt), storecodec.NullNanos(op.DoneAt))
 	if err != nil {
 		return dbErr("create operation", err)
 	}
@@ -126,7 +127,7 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 		if to != "" {
 			op.State = to
 		}
-		op.UpdatedAt = now()
+		op.UpdatedAt = storecodec.Now()
 		if op.State.Terminal() && op.DoneAt == nil {
 			d := op.UpdatedAt
 			op.DoneAt = &d
@@ -134,8 +135,8 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 		normOp(op)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE operations SET type = ?, target = ?, state = ?, progress = ?, error = ?,
 			result = ?, params = ?, updated_at = ?, done_at = ? WHERE id = ?`,
-			string(op.Type), op.Target, string(op.State), jsonText(op.Progress), jsonText(op.Error), rawText(op.Result),
-			rawText(op.Params), nanos(op.UpdatedAt), nullNanos(op.DoneAt), op.ID)
+			string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error), storecodec.RawText(op.Result),
+			storecodec.RawText(op.Params), storecodec.Nanos(op.UpdatedAt), storecodec.NullNanos(op.DoneAt), op.ID)
 		if err != nil {
 			return dbErr("update operation", err)
 		}
@@ -146,23 +147,6 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 }
 
 func (c *conn) ListUnfinishedOperations(ctx context.Context) ([]*store.Operation, error) {
-	c = c.bind(ctx)
-	rows, err := c.rd.QueryContext(ctx, `SELECT `+opCols+` FROM operations WHERE state IN ('pending', 'running')
+	return collect(ctx, c.bind(ctx).rd, "list unfinished operations", scanOp, `SELECT `+opCols+` FROM operations WHERE state IN ('pending', 'running')
 		ORDER BY created_at, id`)
-	if err != nil {
-		return nil, dbErr("list unfinished operations", err)
-	}
-	defer rows.Close()
-	var out []*store.Operation
-	for rows.Next() {
-		op, err := scanOp(rows)
-		if err != nil {
-			return nil, dbErr("list unfinished operations", err)
-		}
-		out = append(out, op)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr("list unfinished operations", err)
-	}
-	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 // pageQuery is one keyset-paginated listing over a table whose rows are
@@ -28,10 +29,10 @@ func (q *pageQuery) filter(cond string, args ...any) {
 
 // listPage runs q and returns one page; createdAt and id give a row's key,
 // from which the next page token is made.
-func listPage[T any](ctx context.Context, c *conn, q pageQuery, scan func(interface{ Scan(...any) error }) (T, error),
+func listPage[T any](ctx context.Context, c *conn, q pageQuery, scan func(storecodec.Row) (T, error),
 	key func(T) (time.Time, string)) (store.Page[T], error) {
 	var page store.Page[T]
-	cur, err := decodeCursor(q.PageToken)
+	cur, err := storecodec.DecodeCursor(q.PageToken)
 	if err != nil {
 		return page, err
 	}
@@ -40,33 +41,37 @@ func listPage[T any](ctx context.Context, c *conn, q pageQuery, scan func(interf
 		cmp, order = "<", "created_at DESC, id DESC"
 	}
 	if cur != nil {
-		q.filter("(created_at "+cmp+" ? OR (created_at = ? AND id "+cmp+" ?))", cur.at, cur.at, cur.id)
+		q.filter("(created_at "+cmp+" ? OR (created_at = ? AND id "+cmp+" ?))", cur.At, cur.At, cur.ID)
 	}
 	sql := "SELECT " + q.cols + " FROM " + q.table
 	if len(q.where) > 0 {
 		sql += " WHERE " + strings.Join(q.where, " AND ")
 	}
-	n := pageSize(q.PageSize)
+	n := storecodec.PageSize(q.PageSize)
 	sql += " ORDER BY " + order + " LIMIT ?"
 	rows, err := c.rd.QueryContext(ctx, sql, append(q.args, n+1)...)
 	if err != nil {
 		return page, dbErr(q.what, err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		item, err := scan(rows)
-		if err != nil {
-			return page, dbErr(q.what, err)
-		}
-		page.Items = append(page.Items, item)
-	}
-	if err := rows.Err(); err != nil {
+	items, err := storecodec.ScanAll(rows, scan)
+	if err != nil {
 		return page, dbErr(q.what, err)
 	}
-	if len(page.Items) > n {
-		page.Items = page.Items[:n]
-		at, id := key(page.Items[n-1])
-		page.NextPageToken = encodeCursor(nanos(at), id)
+	return storecodec.CutPage(items, n, key), nil
+}
+
+// collect runs a query on q (the reader pool, or the writer inside a
+// transaction) and scans every row.
+func collect[T any](ctx context.Context, q dbtx, what string, scan func(storecodec.Row) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, dbErr(what, err)
 	}
-	return page, nil
+	defer rows.Close()
+	out, err := storecodec.ScanAll(rows, scan)
+	if err != nil {
+		return nil, dbErr(what, err)
+	}
+	return out, nil
 }

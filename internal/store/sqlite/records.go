@@ -8,17 +8,18 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const idemCols = `tenant_id, key, request_hash, status, body, created_at`
 
-func scanIdem(row interface{ Scan(...any) error }) (*store.IdempotencyRecord, error) {
+func scanIdem(row storecodec.Row) (*store.IdempotencyRecord, error) {
 	var r store.IdempotencyRecord
 	var created int64
 	if err := row.Scan(&r.TenantID, &r.Key, &r.RequestHash, &r.Status, &r.Body, &created); err != nil {
 		return nil, err
 	}
-	r.CreatedAt = fromNanos(created)
+	r.CreatedAt = storecodec.FromNanos(created)
 	return &r, nil
 }
 
@@ -28,15 +29,15 @@ func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyR
 		return nil, false, errdefs.New(errdefs.ErrInvalidArgument, "idempotency key is empty")
 	}
 	if rec.CreatedAt.IsZero() {
-		rec.CreatedAt = now()
+		rec.CreatedAt = storecodec.Now()
 	}
-	rec.CreatedAt = norm(rec.CreatedAt)
+	rec.CreatedAt = storecodec.Norm(rec.CreatedAt)
 	var stored *store.IdempotencyRecord
 	var inserted bool
 	err := c.atomic(ctx, func(tc *conn) error {
 		res, err := tc.wr.ExecContext(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, key) DO NOTHING`,
-			rec.TenantID, rec.Key, rec.RequestHash, rec.Status, rec.Body, nanos(rec.CreatedAt))
+			rec.TenantID, rec.Key, rec.RequestHash, rec.Status, rec.Body, storecodec.Nanos(rec.CreatedAt))
 		if err != nil {
 			return dbErr("put idempotency record", err)
 		}
@@ -86,7 +87,7 @@ func (c *conn) DeleteIdempotencyRecord(ctx context.Context, tenantID, key string
 
 func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (int, error) {
 	c = c.bind(ctx)
-	res, err := c.wr.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at < ?`, nanos(before))
+	res, err := c.wr.ExecContext(ctx, `DELETE FROM idempotency WHERE created_at < ?`, storecodec.Nanos(before))
 	if err != nil {
 		return 0, dbErr("prune idempotency records", err)
 	}
@@ -96,15 +97,15 @@ func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (i
 
 const tplCols = `id, name, digest, state, size_bytes, defaults, created_at, tenant_id`
 
-func scanTpl(row interface{ Scan(...any) error }) (*store.Template, error) {
+func scanTpl(row storecodec.Row) (*store.Template, error) {
 	var t store.Template
-	var defaults sql.NullString
+	var defaults *string
 	var created int64
 	if err := row.Scan(&t.ID, &t.Name, &t.Digest, &t.State, &t.SizeBytes, &defaults, &created, &t.TenantID); err != nil {
 		return nil, err
 	}
-	t.Defaults = rawFrom(defaults)
-	t.CreatedAt = fromNanos(created)
+	t.Defaults = storecodec.RawFrom(defaults)
+	t.CreatedAt = storecodec.FromNanos(created)
 	return &t, nil
 }
 
@@ -118,9 +119,9 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 		t.ID = store.NewID(store.PrefixTemplate)
 	}
 	if t.CreatedAt.IsZero() {
-		t.CreatedAt = now()
+		t.CreatedAt = storecodec.Now()
 	}
-	t.CreatedAt = norm(t.CreatedAt)
+	t.CreatedAt = storecodec.Norm(t.CreatedAt)
 	if len(t.Defaults) == 0 {
 		t.Defaults = nil
 	}
@@ -128,7 +129,7 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, digest = excluded.digest, state = excluded.state,
 		size_bytes = excluded.size_bytes, defaults = excluded.defaults, created_at = excluded.created_at,
 		tenant_id = excluded.tenant_id`,
-		t.ID, t.Name, t.Digest, string(t.State), t.SizeBytes, rawText(t.Defaults), nanos(t.CreatedAt), t.TenantID)
+		t.ID, t.Name, t.Digest, string(t.State), t.SizeBytes, storecodec.RawText(t.Defaults), storecodec.Nanos(t.CreatedAt), t.TenantID)
 	if err != nil {
 		return dbErr("upsert template", err)
 	}
@@ -167,24 +168,7 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 }
 
 func (c *conn) ListTemplates(ctx context.Context) ([]*store.Template, error) {
-	c = c.bind(ctx)
-	rows, err := c.rd.QueryContext(ctx, `SELECT `+tplCols+` FROM templates ORDER BY name, created_at, id`)
-	if err != nil {
-		return nil, dbErr("list templates", err)
-	}
-	defer rows.Close()
-	var out []*store.Template
-	for rows.Next() {
-		t, err := scanTpl(rows)
-		if err != nil {
-			return nil, dbErr("list templates", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr("list templates", err)
-	}
-	return out, nil
+	return collect(ctx, c.bind(ctx).rd, "list templates", scanTpl, `SELECT `+tplCols+` FROM templates ORDER BY name, created_at, id`)
 }
 
 func (c *conn) DeleteTemplate(ctx context.Context, id string) error {

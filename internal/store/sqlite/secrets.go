@@ -7,6 +7,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 // PutSecret inserts or replaces a sealed secret.
@@ -15,7 +16,7 @@ func (c *conn) PutSecret(ctx context.Context, s *store.Secret) (created bool, er
 		return false, errdefs.New(errdefs.ErrInvalidArgument, "secret tenant, name and value are required")
 	}
 	err = c.atomic(ctx, func(tc *conn) error {
-		t := now()
+		t := storecodec.Now()
 		var createdAt int64
 		err := tc.rd.QueryRowContext(ctx, `SELECT created_at FROM secrets WHERE tenant_id = ? AND name = ?`,
 			s.TenantID, s.Name).Scan(&createdAt)
@@ -23,7 +24,7 @@ func (c *conn) PutSecret(ctx context.Context, s *store.Secret) (created bool, er
 		case errors.Is(err, sql.ErrNoRows):
 			created = true
 			if _, err := tc.wr.ExecContext(ctx, `INSERT INTO secrets (tenant_id, name, sealed, created_at, updated_at)
-				VALUES (?, ?, ?, ?, ?)`, s.TenantID, s.Name, s.Sealed, nanos(t), nanos(t)); err != nil {
+				VALUES (?, ?, ?, ?, ?)`, s.TenantID, s.Name, s.Sealed, storecodec.Nanos(t), storecodec.Nanos(t)); err != nil {
 				return dbErr("put secret", err)
 			}
 			s.CreatedAt, s.UpdatedAt = t, t
@@ -31,10 +32,10 @@ func (c *conn) PutSecret(ctx context.Context, s *store.Secret) (created bool, er
 			return dbErr("put secret", err)
 		default:
 			if _, err := tc.wr.ExecContext(ctx, `UPDATE secrets SET sealed = ?, updated_at = ? WHERE tenant_id = ? AND name = ?`,
-				s.Sealed, nanos(t), s.TenantID, s.Name); err != nil {
+				s.Sealed, storecodec.Nanos(t), s.TenantID, s.Name); err != nil {
 				return dbErr("put secret", err)
 			}
-			s.CreatedAt, s.UpdatedAt = fromNanos(createdAt), t
+			s.CreatedAt, s.UpdatedAt = storecodec.FromNanos(createdAt), t
 		}
 		return nil
 	})
@@ -53,31 +54,24 @@ func (c *conn) GetSecret(ctx context.Context, tenantID, name string) (*store.Sec
 	if err != nil {
 		return nil, dbErr("get secret", err)
 	}
-	s.CreatedAt, s.UpdatedAt = fromNanos(created), fromNanos(updated)
+	s.CreatedAt, s.UpdatedAt = storecodec.FromNanos(created), storecodec.FromNanos(updated)
 	return s, nil
 }
 
 func (c *conn) ListSecrets(ctx context.Context, tenantID string) ([]*store.Secret, error) {
-	c = c.bind(ctx)
-	rows, err := c.rd.QueryContext(ctx, `SELECT name, created_at, updated_at FROM secrets WHERE tenant_id = ? ORDER BY name`, tenantID)
-	if err != nil {
-		return nil, dbErr("list secrets", err)
-	}
-	defer rows.Close()
-	out := []*store.Secret{}
-	for rows.Next() {
+	out, err := collect(ctx, c.bind(ctx).rd, "list secrets", func(row storecodec.Row) (*store.Secret, error) {
 		s := &store.Secret{TenantID: tenantID}
 		var created, updated int64
-		if err := rows.Scan(&s.Name, &created, &updated); err != nil {
-			return nil, dbErr("list secrets", err)
+		if err := row.Scan(&s.Name, &created, &updated); err != nil {
+			return nil, err
 		}
-		s.CreatedAt, s.UpdatedAt = fromNanos(created), fromNanos(updated)
-		out = append(out, s)
+		s.CreatedAt, s.UpdatedAt = storecodec.FromNanos(created), storecodec.FromNanos(updated)
+		return s, nil
+	}, `SELECT name, created_at, updated_at FROM secrets WHERE tenant_id = ? ORDER BY name`, tenantID)
+	if out == nil && err == nil {
+		out = []*store.Secret{}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr("list secrets", err)
-	}
-	return out, nil
+	return out, err
 }
 
 func (c *conn) DeleteSecret(ctx context.Context, tenantID, name string) error {

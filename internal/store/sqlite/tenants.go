@@ -7,17 +7,18 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 const tenantCols = `id, name, max_sandboxes, max_vcpus, max_memory_mib, created_at`
 
-func scanTenant(row interface{ Scan(...any) error }) (*store.Tenant, error) {
+func scanTenant(row storecodec.Row) (*store.Tenant, error) {
 	var t store.Tenant
 	var created int64
 	if err := row.Scan(&t.ID, &t.Name, &t.Quota.MaxSandboxes, &t.Quota.MaxVCPUs, &t.Quota.MaxMemoryMiB, &created); err != nil {
 		return nil, err
 	}
-	t.CreatedAt = fromNanos(created)
+	t.CreatedAt = storecodec.FromNanos(created)
 	return &t, nil
 }
 
@@ -31,11 +32,11 @@ func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 		t.ID = store.NewID(store.PrefixTenant)
 	}
 	if t.CreatedAt.IsZero() {
-		t.CreatedAt = now()
+		t.CreatedAt = storecodec.Now()
 	}
-	t.CreatedAt = norm(t.CreatedAt)
+	t.CreatedAt = storecodec.Norm(t.CreatedAt)
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO tenants (`+tenantCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
-		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, nanos(t.CreatedAt))
+		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, storecodec.Nanos(t.CreatedAt))
 	if err != nil {
 		return dbErr("create tenant", err)
 	}
@@ -67,24 +68,7 @@ func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant,
 }
 
 func (c *conn) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
-	c = c.bind(ctx)
-	rows, err := c.rd.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, id`)
-	if err != nil {
-		return nil, dbErr("list tenants", err)
-	}
-	defer rows.Close()
-	var out []*store.Tenant
-	for rows.Next() {
-		t, err := scanTenant(rows)
-		if err != nil {
-			return nil, dbErr("list tenants", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr("list tenants", err)
-	}
-	return out, nil
+	return collect(ctx, c.bind(ctx).rd, "list tenants", scanTenant, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, id`)
 }
 
 func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) error {
@@ -102,15 +86,15 @@ func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) err
 
 const keyCols = `id, tenant_id, prefix, hash, admin, created_at, revoked_at`
 
-func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
+func scanKey(row storecodec.Row) (*store.APIKey, error) {
 	var k store.APIKey
 	var created int64
-	var revoked sql.NullInt64
+	var revoked *int64
 	if err := row.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked); err != nil {
 		return nil, err
 	}
-	k.CreatedAt = fromNanos(created)
-	k.RevokedAt = timePtr(revoked)
+	k.CreatedAt = storecodec.FromNanos(created)
+	k.RevokedAt = storecodec.TimePtr(revoked)
 	return &k, nil
 }
 
@@ -124,12 +108,12 @@ func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 		k.ID = store.NewID(store.PrefixAPIKey)
 	}
 	if k.CreatedAt.IsZero() {
-		k.CreatedAt = now()
+		k.CreatedAt = storecodec.Now()
 	}
-	k.CreatedAt = norm(k.CreatedAt)
-	k.RevokedAt = normPtr(k.RevokedAt)
+	k.CreatedAt = storecodec.Norm(k.CreatedAt)
+	k.RevokedAt = storecodec.NormPtr(k.RevokedAt)
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, nanos(k.CreatedAt), nullNanos(k.RevokedAt))
+		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, storecodec.Nanos(k.CreatedAt), storecodec.NullNanos(k.RevokedAt))
 	if err != nil {
 		return dbErr("create api key", err)
 	}
@@ -151,7 +135,7 @@ func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey,
 // RevokeAPIKey marks a key revoked; revoking twice keeps the first time.
 func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
 	c = c.bind(ctx)
-	res, err := c.wr.ExecContext(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, nanos(now()), id)
+	res, err := c.wr.ExecContext(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, storecodec.Nanos(storecodec.Now()), id)
 	if err != nil {
 		return dbErr("revoke api key", err)
 	}
@@ -162,22 +146,5 @@ func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
 }
 
 func (c *conn) ListAPIKeys(ctx context.Context, tenantID string) ([]*store.APIKey, error) {
-	c = c.bind(ctx)
-	rows, err := c.rd.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR tenant_id = ?) ORDER BY created_at, id`, tenantID, tenantID)
-	if err != nil {
-		return nil, dbErr("list api keys", err)
-	}
-	defer rows.Close()
-	var out []*store.APIKey
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, dbErr("list api keys", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr("list api keys", err)
-	}
-	return out, nil
+	return collect(ctx, c.bind(ctx).rd, "list api keys", scanKey, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR tenant_id = ?) ORDER BY created_at, id`, tenantID, tenantID)
 }
