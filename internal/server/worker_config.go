@@ -22,6 +22,8 @@ type WorkerConfig struct {
 	// TLSCertFile and TLSKeyFile, when both set, serve the protocol over
 	// TLS (HTTP/2) instead of in clear (h2c).
 	TLSCertFile, TLSKeyFile string
+	// Node registers the host with Kubernetes (worker_node.go).
+	Node NodeConfig
 }
 
 // DefaultWorkerListen is where `spaced worker` serves the protocol.
@@ -36,6 +38,7 @@ func ParseWorkerFlags(args []string) (WorkerConfig, error) {
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate: serve the protocol over TLS (with --tls-key-file)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "data directory (templates, sandboxes, snapshots)")
+	registerNodeFlags(fs, &cfg.Node)
 	var features multiFlag
 	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
 	var egressCAs multiFlag
@@ -75,6 +78,9 @@ func ParseWorkerFlags(args []string) (WorkerConfig, error) {
 		return WorkerConfig{}, fmt.Errorf("--vmm firecracker runs on KVM only; it cannot use --accel tcg")
 	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
 		return WorkerConfig{}, fmt.Errorf("--tls-cert-file and --tls-key-file go together")
+	}
+	if err := cfg.Node.validate(); err != nil {
+		return WorkerConfig{}, err
 	}
 	abs, err := filepath.Abs(cfg.DataDir)
 	if err != nil {

@@ -113,7 +113,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 	}
 	log.Info("spaced worker serving the worker protocol", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
 		"kernel", kernel.Version, "tls", tlsConfig != nil)
-	return ServeWorker(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log})
+	return serveWorkerAndNode(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log}, cfg.Node)
 }
 
 // WorkerServing is how ServeWorker serves a worker.

@@ -1,0 +1,193 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/space-sandbox/space/internal/cluster/k8s"
+	"github.com/space-sandbox/space/internal/cluster/node"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// NodeConfig is how `spaced worker` registers its host with Kubernetes as
+// a node (internal/cluster/node). Registration is on when Kubeconfig is
+// set; without it the worker only serves the protocol.
+type NodeConfig struct {
+	// Kubeconfig is the kubeconfig file of the cluster to join.
+	Kubeconfig string
+	// NodeName is the Node's name (default space-<hostname>).
+	NodeName string
+	// Namespace is where sandbox Pods live.
+	Namespace string
+	// AdvertiseAddress is the IP the control plane dials: the node's
+	// InternalIP. Empty: the --listen host, which must then be a specific
+	// address (not 0.0.0.0 or ::).
+	AdvertiseAddress string
+	// What the worker offers: the node's capacity and allocatable.
+	VCPUs, MemoryMiB, Sandboxes int
+	// LeaseDuration is the node Lease's duration (renewed every quarter).
+	LeaseDuration time.Duration
+	// Control is the control plane's URL (API.md lists --control). It is
+	// accepted, checked and logged, and reserved: nothing here calls the
+	// control plane — the worker learns its work from the Pods bound to
+	// its node, and the control plane dials the worker.
+	Control string
+}
+
+// registerNodeFlags adds the node flags of `spaced worker` to fs.
+func registerNodeFlags(fs *flag.FlagSet, c *NodeConfig) {
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to register this host with as a node (empty: no registration)")
+	fs.StringVar(&c.NodeName, "node-name", "", "the node's name (default space-<hostname>)")
+	fs.StringVar(&c.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
+	fs.StringVar(&c.AdvertiseAddress, "advertise-address", "", "IP the control plane dials (default: the --listen host; required when that is 0.0.0.0 or ::)")
+	fs.IntVar(&c.VCPUs, "vcpus", runtime.NumCPU(), "vCPUs this worker offers to sandboxes")
+	fs.IntVar(&c.MemoryMiB, "memory-mib", hostMemoryMiB(), "memory (MiB) this worker offers to sandboxes")
+	fs.IntVar(&c.Sandboxes, "sandboxes", 32, "sandboxes this worker runs at most")
+	fs.DurationVar(&c.LeaseDuration, "node-lease", 40*time.Second, "duration of the node's Lease (renewed every quarter of it)")
+	fs.StringVar(&c.Control, "control", "", "URL of the control plane (reserved: accepted and checked; the control plane dials the worker)")
+}
+
+// validate checks the node flags at the edge (only when registration is on).
+func (c *NodeConfig) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+	}
+	if c.Control != "" {
+		u, err := url.Parse(c.Control)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("--control %q is not an http(s) URL", c.Control)
+		}
+	}
+	if c.Kubeconfig == "" {
+		return nil
+	}
+	if c.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node-name: hostname: %w", err)
+		}
+		if c.NodeName, err = k8s.NodeName(host); err != nil {
+			return err
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(c.NodeName); len(errs) > 0 {
+		return bad("--node-name %q: %s", c.NodeName, strings.Join(errs, "; "))
+	}
+	if c.AdvertiseAddress != "" && net.ParseIP(c.AdvertiseAddress) == nil {
+		return bad("--advertise-address %q is not an IP address", c.AdvertiseAddress)
+	}
+	if c.VCPUs < 1 || c.MemoryMiB < 1 || c.Sandboxes < 1 {
+		return bad("--vcpus (%d), --memory-mib (%d) and --sandboxes (%d) must be positive", c.VCPUs, c.MemoryMiB, c.Sandboxes)
+	}
+	if c.LeaseDuration < 4*time.Second {
+		return bad("--node-lease %s is below 4s", c.LeaseDuration)
+	}
+	return nil
+}
+
+// nodeAddress is the worker-protocol address the node advertises: the
+// advertise address (or the listener's IP) and the listener's port.
+func (c *NodeConfig) nodeAddress(ln net.Addr) (string, error) {
+	host, port, err := net.SplitHostPort(ln.String())
+	if err != nil {
+		return "", err
+	}
+	if c.AdvertiseAddress != "" {
+		host = c.AdvertiseAddress
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsUnspecified() {
+		return "", fmt.Errorf("the worker listens on %s, which the control plane cannot dial: pass --advertise-address: %w",
+			ln.String(), errdefs.ErrInvalidArgument)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// serveWorkerAndNode serves the worker protocol on ln and, when node
+// registration is on, runs the worker's node beside it, until ctx ends or
+// either fails (then both stop).
+func serveWorkerAndNode(ctx context.Context, w worker.Worker, ln net.Listener, opts WorkerServing, nc NodeConfig) error {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if nc.Kubeconfig == "" {
+		if nc.Control != "" {
+			opts.Logger.Info("--control is reserved; the control plane dials this worker", "control", nc.Control)
+		}
+		return ServeWorker(ctx, w, ln, opts)
+	}
+	addr, err := nc.nodeAddress(ln.Addr())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", nc.Kubeconfig)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("--kubeconfig %s: %w", nc.Kubeconfig, err)
+	}
+	rc.UserAgent = "spaced-worker/" + nc.NodeName
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var nodeErr error
+	wg.Go(func() {
+		defer cancel()
+		nodeErr = node.Run(ctx, client, w, node.Config{
+			NodeName: nc.NodeName, Address: addr, Namespace: nc.Namespace,
+			VCPUs: nc.VCPUs, MemoryMiB: nc.MemoryMiB, Sandboxes: nc.Sandboxes,
+			LeaseDuration: nc.LeaseDuration, Logger: opts.Logger.With("component", "node"),
+		})
+	})
+	opts.Logger.Info("registering this worker as a Kubernetes node", "node", nc.NodeName, "address", addr,
+		"namespace", nc.Namespace, "vcpus", nc.VCPUs, "memory_mib", nc.MemoryMiB, "sandboxes", nc.Sandboxes)
+	serveErr := ServeWorker(ctx, w, ln, opts)
+	cancel()
+	wg.Wait()
+	if nodeErr != nil && !errors.Is(nodeErr, context.Canceled) {
+		return errors.Join(nodeErr, serveErr)
+	}
+	return serveErr
+}
+
+// hostMemoryMiB is MemTotal from /proc/meminfo in MiB (1024 when unknown),
+// the default memory a worker offers.
+func hostMemoryMiB() int {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 1024
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			if kib, err := strconv.Atoi(fields[1]); err == nil && kib >= 1024 {
+				return kib / 1024
+			}
+		}
+	}
+	return 1024
+}
