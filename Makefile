@@ -85,3 +85,19 @@ images: setup
 
 clean:
 	rm -rf bin
+
+## cluster: SPACE's cluster mode on this machine: Kubernetes (etcd + control
+## plane), PostgreSQL, SeaweedFS, two `spaced control` replicas
+## (127.0.0.1:8080, :8081) and three `spaced worker` nodes; state, PIDs and
+## how to use it in $(CLUSTER_DIR)/cluster.json (README: Running a cluster)
+CLUSTER_DIR ?= /var/lib/space-cluster
+.PHONY: cluster cluster-down
+cluster: setup build kube s3
+	$(GO) build -o bin/space-cluster ./cmd/space-cluster
+	./bin/space-cluster up --dir $(CLUSTER_DIR) --spaced bin/spaced
+
+## cluster-down: stop what `make cluster` started (by PID) and remove what it
+## made (VMs, network namespaces, mounts, loop devices, data dirs)
+cluster-down:
+	$(GO) build -o bin/space-cluster ./cmd/space-cluster
+	./bin/space-cluster down --dir $(CLUSTER_DIR)

@@ -98,7 +98,7 @@ func TestImports(t *testing.T) {
 		// The worker protocol's generated code stands on nothing of ours.
 		{who: []string{"internal/workerpb"}, onlyOf: []string{"internal/workerpb"}},
 		// The server binary links no test rig (testenv, kuberig).
-		{who: []string{"cmd/spaced", "internal/server"}, mayNot: []string{"internal/testenv"}},
+		{who: []string{"cmd/spaced", "internal/server"}, mayNot: []string{"internal/testenv", "internal/devcluster"}},
 		// The object store client knows only the error taxonomy: no worker,
 		// API, store or VMM, so any of them can use it.
 		{who: []string{"internal/objstore"}, onlyOf: []string{"internal/objstore", "internal/errdefs"}},
