@@ -424,7 +424,7 @@ func testTenantIsolation(t *testing.T, srv *server, sbx apiv1.Sandbox) {
 	admin := srv.client(srv.AdminKey)
 	var workers apiv1.WorkerList
 	admin.mustDo("GET", "/v1/admin/workers", nil, &workers, 200)
-	if len(workers.Workers) != 1 || !workers.Workers[0].Ready {
+	if len(workers.Workers) != 1 || workers.Workers[0].State != apiv1.WorkerReady {
 		t.Errorf("workers = %+v", workers)
 	}
 	// A deleted key stops working at once.

@@ -1,12 +1,14 @@
 // Command spaced is the SPACE server: on a single node it runs the control
-// plane and the worker in one process. `spaced worker` runs only this
-// host's worker, behind the worker protocol, for a control plane on
-// another host. See internal/server.
+// plane and the worker in one process. In a cluster, `spaced control` runs
+// one replica of the control plane (API, store, operations; sandboxes
+// placed by Kubernetes) and `spaced worker` this host's worker behind the
+// worker protocol. See internal/server.
 package main
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,37 +17,42 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		os.Exit(worker(os.Args[2:]))
+	mode, args := "", os.Args[1:]
+	if len(args) > 0 && (args[0] == "worker" || args[0] == "control") {
+		mode, args = args[0], args[1:]
 	}
-	cfg, err := server.ParseFlags(os.Args[1:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spaced:", err)
-		os.Exit(2)
+	switch mode {
+	case "worker":
+		cfg, err := server.ParseWorkerFlags(args)
+		os.Exit(run("spaced worker", cfg.Config, err, func(ctx context.Context, log *slog.Logger) error {
+			return server.RunWorker(ctx, cfg, log)
+		}))
+	case "control":
+		cfg, err := server.ParseControlFlags(args)
+		os.Exit(run("spaced control", cfg.Config, err, func(ctx context.Context, log *slog.Logger) error {
+			return server.RunControl(ctx, cfg, log)
+		}))
+	default:
+		cfg, err := server.ParseFlags(args)
+		os.Exit(run("spaced", cfg, err, func(ctx context.Context, log *slog.Logger) error {
+			return server.Run(ctx, cfg, log)
+		}))
+	}
+}
+
+// run runs one mode until SIGINT or SIGTERM and returns the exit code: 2
+// for bad flags, 1 for a failure.
+func run(name string, cfg server.Config, flagErr error, fn func(ctx context.Context, log *slog.Logger) error) int {
+	if flagErr != nil {
+		fmt.Fprintln(os.Stderr, name+":", flagErr)
+		return 2
 	}
 	log := server.NewLogger(os.Stderr, cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := server.Run(ctx, cfg, log); err != nil {
-		log.Error("spaced failed", "err", err)
-		fmt.Fprintln(os.Stderr, "spaced:", err)
-		os.Exit(1)
-	}
-}
-
-// worker runs `spaced worker` and returns the exit code.
-func worker(args []string) int {
-	cfg, err := server.ParseWorkerFlags(args)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "spaced worker:", err)
-		return 2
-	}
-	log := server.NewLogger(os.Stderr, cfg.Config)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := server.RunWorker(ctx, cfg, log); err != nil {
-		log.Error("spaced worker failed", "err", err)
-		fmt.Fprintln(os.Stderr, "spaced worker:", err)
+	if err := fn(ctx, log); err != nil {
+		log.Error(name+" failed", "err", err)
+		fmt.Fprintln(os.Stderr, name+":", err)
 		return 1
 	}
 	return 0

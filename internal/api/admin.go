@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"regexp"
 	"time"
@@ -65,21 +64,5 @@ func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log(r).Info("api key revoked", "key", id)
 	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	wk := apiv1.Worker{ID: s.cfg.WorkerID, Ready: true}
-	if err := s.worker.Ready(ctx); err != nil {
-		wk.Ready = false
-		_, info := errorInfo(err)
-		wk.Error = info.Message // admins only; still no host paths unless Public
-	}
-	if vms, err := s.worker.Sandboxes(ctx); err == nil {
-		wk.Sandboxes = len(vms)
-	}
-	writeJSON(w, http.StatusOK, apiv1.WorkerList{Workers: []apiv1.Worker{wk}})
 	return nil
 }

@@ -65,14 +65,14 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 		return err
 	}
 	s.log(r).Info("sandbox branch submitted", "sandbox", sb.ID, "op", op.ID, "checkpoint", ck.ID)
-	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: toSandbox(sb), Operation: toOperation(op)})
+	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: s.sandboxView(sb), Operation: toOperation(op)})
 	return nil
 }
 
 // withUsage is the sandbox with what it occupies on its worker, when the
 // worker can say at once.
 func (s *Server) withUsage(ctx context.Context, sb *store.Sandbox) apiv1.Sandbox {
-	out := toSandbox(sb)
+	out := s.sandboxView(sb)
 	if !sb.State.Live() || sb.State == store.SandboxCreating {
 		return out
 	}

@@ -89,7 +89,7 @@ func (s *Server) putNetwork(w http.ResponseWriter, r *http.Request) error {
 		return fieldsOf(err)
 	}
 	s.log(r).Info("sandbox network policy replaced", "sandbox", sb.ID)
-	writeJSON(w, http.StatusOK, toSandbox(sb))
+	writeJSON(w, http.StatusOK, s.sandboxView(sb))
 	return nil
 }
 

@@ -168,7 +168,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.log(r).Info("sandbox create submitted", "sandbox", sb.ID, "op", op.ID, "template", req.Template)
-	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: toSandbox(sb), Operation: toOperation(op)})
+	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: s.sandboxView(sb), Operation: toOperation(op)})
 	return nil
 }
 
@@ -214,7 +214,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := apiv1.SandboxList{Sandboxes: []apiv1.Sandbox{}, NextPageToken: page.NextPageToken}
 	for _, sb := range page.Items {
-		out.Sandboxes = append(out.Sandboxes, toSandbox(sb))
+		out.Sandboxes = append(out.Sandboxes, s.sandboxView(sb))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -271,6 +271,6 @@ func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toSandbox(sb))
+	writeJSON(w, http.StatusOK, s.sandboxView(sb))
 	return nil
 }

@@ -121,6 +121,10 @@ type Deps struct {
 	Secrets *secrets.Service
 	// Templates builds templates (see sandbox.TemplateDeps).
 	Templates sandbox.TemplateDeps
+	// Ready, when set, answers /readyz instead of Worker.Ready: a control
+	// plane is ready when its store and its view of the cluster are, with
+	// or without a worker able to take a sandbox now.
+	Ready func(ctx context.Context) error
 }
 
 // Server serves the API. It is an http.Handler.
@@ -131,6 +135,7 @@ type Server struct {
 	ops      *operation.Engine
 	auth     *auth.Authenticator
 	worker   worker.Worker
+	ready    func(ctx context.Context) error
 	secrets  *secrets.Service
 	logger   *slog.Logger
 	metrics  *Metrics
@@ -167,7 +172,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: cfg, features: features,
 		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker, secrets: deps.Secrets,
-		logger: deps.Logger, metrics: deps.Metrics,
+		logger: deps.Logger, metrics: deps.Metrics, ready: deps.Ready,
+	}
+	if s.ready == nil {
+		s.ready = deps.Worker.Ready
 	}
 	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB},
 		sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID, Templates: deps.Templates})
@@ -175,7 +183,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	for typ, h := range s.svc.Handlers() {
-		s.ops.Register(typ, recorded(h))
+		s.ops.Register(typ, s.recorded(h))
 	}
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
@@ -282,7 +290,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if err := s.worker.Ready(ctx); err != nil {
+	if err := s.ready(ctx); err != nil {
 		s.log(r).Warn("not ready", "err", err)
 		// What is missing is host detail; the admin reads it in the log.
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
@@ -372,7 +380,7 @@ const teardownTimeout = 2 * time.Minute
 
 // recorded converts what a sandbox operation handler returns into the wire
 // form its operation records as its result.
-func recorded(h operation.Handler) operation.Handler {
+func (s *Server) recorded(h operation.Handler) operation.Handler {
 	return func(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
 		v, err := h(ctx, op, report)
 		if err != nil {
@@ -380,9 +388,9 @@ func recorded(h operation.Handler) operation.Handler {
 		}
 		switch v := v.(type) {
 		case *store.Sandbox:
-			return toSandbox(v), nil
+			return s.sandboxView(v), nil
 		case sandbox.Status:
-			out := toSandbox(v.Sandbox)
+			out := s.sandboxView(v.Sandbox)
 			if v.Worker != nil {
 				out.Usage = usageOf(*v.Worker)
 			}
@@ -394,4 +402,11 @@ func recorded(h operation.Handler) operation.Handler {
 		}
 		return v, nil
 	}
+}
+
+// ReconcileTakenOver makes the targets of operations taken over from a lost
+// control replica true (see sandbox.Service.ReconcileTakenOver): pass it to
+// the operation engine as its TakenOver.
+func (s *Server) ReconcileTakenOver(ctx context.Context, ended []*store.Operation) {
+	s.svc.ReconcileTakenOver(ctx, ended)
 }

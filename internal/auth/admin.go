@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/space-sandbox/space/internal/errdefs"
-	"github.com/space-sandbox/space/internal/store"
 )
 
 // AdminKeyFile is the name of the bootstrap admin key file in the data dir.
@@ -37,16 +36,9 @@ func (a *Authenticator) EnsureAdmin(ctx context.Context, dataDir string) (path s
 		return "", false, fmt.Errorf("read admin key file: %w: %v", errdefs.ErrInternal, err)
 	}
 
-	tenant, err := a.store.GetTenantByName(ctx, AdminTenant)
-	if errdefs.ClassOf(err) == errdefs.ErrNotFound {
-		tenant = &store.Tenant{Name: AdminTenant}
-		err = a.store.CreateTenant(ctx, tenant)
-		if errdefs.ClassOf(err) == errdefs.ErrConflict { // made concurrently
-			tenant, err = a.store.GetTenantByName(ctx, AdminTenant)
-		}
-	}
+	tenant, err := a.adminTenant(ctx)
 	if err != nil {
-		return "", false, fmt.Errorf("admin tenant: %w", err)
+		return "", false, err
 	}
 	secret, key, err := a.CreateKey(ctx, tenant.ID, true)
 	if err != nil {

@@ -168,3 +168,12 @@ func (e *Engine) abort(ctx context.Context, id, why string) (*store.Operation, e
 	e.notify(id)
 	return done, nil
 }
+
+// TakeOverExpired runs one take-over pass now, as the lease loop does every
+// LeaseTTL/3: pending operations whose lease ran out are run here, running
+// ones end failed "aborted" and go to TakenOver. A control replica calls it
+// at start instead of Recover: its Owner is new (host, pid and a random
+// part), so no lease is its own leftover, and an operation another live
+// replica holds is never touched, only those whose replica stopped
+// renewing.
+func (e *Engine) TakeOverExpired() { e.takeOver() }

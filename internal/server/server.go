@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,62 +14,18 @@ import (
 
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
-	"github.com/space-sandbox/space/internal/e2b"
-	"github.com/space-sandbox/space/internal/guest"
-	"github.com/space-sandbox/space/internal/operation"
-	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker/local"
 )
 
-// Run starts spaced and serves until ctx ends. Start-up fails with one clear
-// error naming what is missing; it never hangs on a missing part.
+// Run starts the single-node spaced (control plane and local worker in one
+// process) and serves until ctx ends. Start-up fails with one clear error
+// naming what is missing; it never hangs on a missing part.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
-	var closers []func()
-	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}()
-	if os.Geteuid() != 0 {
-		return errors.New("spaced must run as root (it creates loop mounts, VMs and network namespaces)")
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-
-	// Host: reflink storage, kernel, agent, VMM.
-	st, err := storage.Open(ctx, storage.Config{DataDir: cfg.DataDir}, log)
-	if err != nil {
-		return err
-	}
-	// Unmounted last, after everything that uses it has closed; kept when
-	// sandbox VMs run on (decided as the worker closes).
-	keepVolume := false
-	closers = append(closers, func() { releaseVolume(ctx, st, keepVolume, log) })
-	kernel, err := guest.Locate(cfg.KernelDir)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(cfg.AgentBinary); err != nil {
-		return fmt.Errorf("guest agent binary %s not found: build it with `make build` or pass --agent-binary", cfg.AgentBinary)
-	}
-	initrd, err := guest.BuildInitramfs(ctx, kernel, guest.InitramfsOptions{
-		AgentBinary: cfg.AgentBinary, CacheDir: filepath.Join(cfg.DataDir, "boot"), Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-	templatesDir := filepath.Join(st.Root(), "templates")
-	base, err := template.BuildBase(ctx, template.BaseOptions{
-		TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary, Logger: log,
-	})
-	if err != nil {
-		return fmt.Errorf("build base template: %w", err)
-	}
-	// A host that cannot run the VMM is one clear error now, not a failed create later.
-	driver, kernelImage, err := openVMM(ctx, cfg, kernel, log)
+	var td teardown
+	defer td.run()
+	h, err := prepareHost(ctx, cfg, "spaced", &td, log)
 	if err != nil {
 		return err
 	}
@@ -81,8 +35,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	closers = append(closers, func() { db.Close() })
-	if err := registerTemplate(ctx, db, base); err != nil {
+	td.add(func() { db.Close() })
+	if err := registerTemplate(ctx, db, h.base); err != nil {
 		return err
 	}
 	authn := auth.New(db, log)
@@ -98,12 +52,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	closers = append(closers, closeNet)
+	td.add(closeNet)
 
 	metrics := api.NewMetrics()
 	wk, err := local.New(ctx, local.Config{
-		Storage: st, Driver: driver, Kernel: kernelImage, Initrd: initrd.Path,
-		TemplatesDir: templatesDir, BootTimeout: cfg.BootTimeout,
+		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
+		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout,
 		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
 		Logger:      log,
 		Network:     nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
@@ -116,24 +70,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Namespace: "space", Name: "pool_ready",
 		Help: "Restored, warmed VMs ready to be taken by a create (all templates).",
 	}, func() float64 { return float64(wk.PoolStats().Ready) }))
-	closers = append(closers, func() {
-		keepVolume = vmsLeftRunning(ctx, wk, log)
+	td.add(func() {
+		h.keepVolume = vmsLeftRunning(ctx, wk, log)
 		wk.Close()
 	})
-	ops := operation.New(operation.Config{Store: db, Logger: log, Registerer: metrics.Registry, Owner: operationOwner(cfg)})
-	closers = append(closers, func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		ops.Close(cctx)
-	})
-	tpls, err := templateBuilders(cfg, templatesDir, log)
+	tpls, err := templateBuilders(cfg, h.templatesDir, log)
 	if err != nil {
 		return err
 	}
-	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota}, api.Deps{
-		Store: db, Ops: ops, Auth: authn, Worker: wk, Logger: log, Metrics: metrics, Secrets: nets.secrets,
-		Templates: tpls,
-	})
+	srv, ops, err := startAPI(cfg, apiParts{db: db, auth: authn, worker: wk, metrics: metrics, secrets: nets.secrets,
+		templates: tpls, owner: operationOwner(cfg)}, &td, log)
 	if err != nil {
 		return err
 	}
@@ -154,33 +100,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return fmt.Errorf("reconcile templates: %w", err)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
-	// The E2B-compatible API shares the listener; it passes /v1 through.
-	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet}, hs.Handler, db, log)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	go srv.Run(bg)
-	log.Info("spaced serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
-		"kernel", kernel.Version, "features", strings.Join(cfg.Features, ","))
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(srv.Listener(limitPerClient(ln, cfg.MaxConnsPerClient, log))) }()
-	select {
-	case err := <-serveErr:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close() // streams still open after the grace period are cut
-	}
-	return nil
+	return serveAPI(ctx, cfg, srv, db, log, func(addr string) {
+		log.Info("spaced serving", "listen", addr, "data_dir", cfg.DataDir,
+			"kernel", h.kernel.Version, "features", strings.Join(cfg.Features, ","))
+	})
 }
 
 // workerPoolSize maps --pool-size (0 disables) to local.Config.PoolSize

@@ -10,16 +10,12 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/egress"
-	"github.com/space-sandbox/space/internal/guest"
 	"github.com/space-sandbox/space/internal/network"
-	"github.com/space-sandbox/space/internal/storage"
-	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/local"
 	"github.com/space-sandbox/space/internal/worker/remote"
@@ -32,14 +28,10 @@ import (
 // owns those. Tenants' secrets live in the control plane's store, so
 // policies' ${secret:NAME} references resolve to nothing here yet.
 func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err error) {
-	var closers []func()
-	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}()
-	if os.Geteuid() != 0 {
-		return errors.New("spaced worker must run as root (it creates loop mounts, VMs and network namespaces)")
+	var td teardown
+	defer td.run()
+	if err := requireRoot("spaced worker"); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -59,33 +51,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
 	}
-
-	st, err := storage.Open(ctx, storage.Config{DataDir: cfg.DataDir}, log)
-	if err != nil {
-		return err
-	}
-	keepVolume := false
-	closers = append(closers, func() { releaseVolume(ctx, st, keepVolume, log) })
-	kernel, err := guest.Locate(cfg.KernelDir)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(cfg.AgentBinary); err != nil {
-		return fmt.Errorf("guest agent binary %s not found: build it with `make build` or pass --agent-binary", cfg.AgentBinary)
-	}
-	initrd, err := guest.BuildInitramfs(ctx, kernel, guest.InitramfsOptions{
-		AgentBinary: cfg.AgentBinary, CacheDir: filepath.Join(cfg.DataDir, "boot"), Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-	templatesDir := filepath.Join(st.Root(), "templates")
-	if _, err := template.BuildBase(ctx, template.BaseOptions{
-		TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary, Logger: log,
-	}); err != nil {
-		return fmt.Errorf("build base template: %w", err)
-	}
-	driver, kernelImage, err := openVMM(ctx, cfg.Config, kernel, log)
+	h, err := prepareHost(ctx, cfg.Config, "spaced worker", &td, log)
 	if err != nil {
 		return err
 	}
@@ -93,17 +59,17 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 	if err != nil {
 		return err
 	}
-	closers = append(closers, closeNet)
+	td.add(closeNet)
 	wk, err := local.New(ctx, local.Config{
-		Storage: st, Driver: driver, Kernel: kernelImage, Initrd: initrd.Path,
-		TemplatesDir: templatesDir, BootTimeout: cfg.BootTimeout, Logger: log,
+		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
+		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout, Logger: log,
 		Network: netns, Egress: eg, PoolSize: workerPoolSize(cfg.PoolSize),
 	})
 	if err != nil {
 		return err
 	}
-	closers = append(closers, func() {
-		keepVolume = vmsLeftRunning(ctx, wk, log)
+	td.add(func() {
+		h.keepVolume = vmsLeftRunning(ctx, wk, log)
 		wk.Close()
 	})
 
@@ -112,7 +78,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	log.Info("spaced worker serving the worker protocol", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
-		"kernel", kernel.Version, "tls", tlsConfig != nil)
+		"kernel", h.kernel.Version, "tls", tlsConfig != nil)
 	return serveWorkerAndNode(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log}, cfg.Node)
 }
 

@@ -32,6 +32,14 @@ type checkpoint struct {
 
 var _ worker.Lifecycle = (*Worker)(nil)
 
+// SetCreateGate makes every CreateSandbox wait until gate is closed (nil:
+// no waiting), like Gate, for a worker already in use.
+func (w *Worker) SetCreateGate(gate chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.Gate = gate
+}
+
 // SetLifecycleGate makes every lifecycle call wait until gate is closed
 // (nil: no waiting).
 func (w *Worker) SetLifecycleGate(gate chan struct{}) {

@@ -344,12 +344,35 @@ type KeyResponse struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Worker is a host that runs sandboxes.
+// Worker is a host that runs sandboxes: in a cluster a worker node, on a
+// single node the one local worker.
 type Worker struct {
-	ID        string `json:"id"`
-	Ready     bool   `json:"ready"`
-	Error     string `json:"error,omitempty"`
-	Sandboxes int    `json:"sandboxes"`
+	Name string `json:"name"`
+	// State is WorkerReady or WorkerNotReady.
+	State string `json:"state"`
+	// Capacity is what the worker offers sandboxes (absent on a single
+	// node, which sets no bound of its own).
+	Capacity *WorkerResources `json:"capacity,omitempty"`
+	// Allocated is what the sandboxes on it take (in a cluster, as the
+	// scheduler counts it: memory includes each VMM's overhead).
+	Allocated WorkerResources `json:"allocated"`
+	// Address is the worker protocol's address (absent on a single node).
+	Address string `json:"address,omitempty"`
+	// Error says why a worker is not ready, when it can say.
+	Error string `json:"error,omitempty"`
+}
+
+// Worker states.
+const (
+	WorkerReady    = "ready"
+	WorkerNotReady = "not_ready"
+)
+
+// WorkerResources are vCPUs, memory and a count of sandboxes.
+type WorkerResources struct {
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memory_mib"`
+	Sandboxes int `json:"sandboxes"`
 }
 
 // WorkerList answers GET /v1/admin/workers.

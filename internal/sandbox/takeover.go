@@ -1,0 +1,94 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/worker"
+)
+
+// ReconcileTakenOver makes the targets of operations ended "aborted" true
+// again when their control replica was lost while they ran (the operation
+// engine's TakenOver). It is Reconcile for just those targets, so it is
+// safe while other replicas work on other sandboxes: a sandbox left
+// creating fails (its VM, if the worker made one, is deleted); one left
+// deleting gets a fresh delete; one left pausing, suspending or waking
+// takes the state its worker reports, or fails when its VM is gone; a
+// checkpoint left creating fails with whatever files it had removed; a
+// template build left building fails.
+func (s *Service) ReconcileTakenOver(ctx context.Context, ended []*store.Operation) {
+	for _, op := range ended {
+		log := s.logger.With("op", op.ID, "type", op.Type, "target", op.Target)
+		if op.Type == store.OpTemplateBuild {
+			s.failTakenOverBuild(ctx, op)
+			continue
+		}
+		if op.Type == store.OpCheckpoint {
+			s.failTakenOverCheckpoint(ctx, op)
+		}
+		sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
+		if err != nil {
+			log.Warn("take over: target unreadable", "err", err)
+			continue
+		}
+		switch sb.State {
+		case creating:
+			log.Warn("take over: create was interrupted")
+			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrAborted, "sandbox creation was interrupted: its control replica was lost"), creating)
+		case deleting:
+			log.Warn("take over: resuming delete")
+			if _, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpDelete, Target: sb.ID}, nil); err != nil {
+				log.Error("take over: resubmit delete", "err", err)
+			}
+		case pausing, suspending, waking:
+			log.Warn("take over: taking the worker's state", "state", sb.State)
+			s.settleTo(ctx, sb.ID, sb.State)
+		case running, paused:
+			if st, err := s.worker.Sandbox(ctx, sb.ID); errdefs.ClassOf(err) == errdefs.ErrNotFound || (err == nil && st.State == worker.VMStopped) {
+				why := "the sandbox's VM stopped unexpectedly"
+				if st.Lost != "" {
+					why = st.Lost
+				}
+				s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "%s", why), sb.State)
+			}
+		}
+	}
+}
+
+// failTakenOverCheckpoint fails the checkpoint a lost replica was making.
+func (s *Service) failTakenOverCheckpoint(ctx context.Context, op *store.Operation) {
+	var p CheckpointParams
+	if err := json.Unmarshal(op.Params, &p); err != nil || p.Checkpoint == "" {
+		return
+	}
+	log := s.logger.With("op", op.ID, "checkpoint", p.Checkpoint)
+	if err := s.worker.DeleteCheckpoint(ctx, p.Checkpoint); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
+		log.Error("take over: remove files of interrupted checkpoint", "err", err)
+	}
+	if _, err := s.store.UpdateCheckpoint(ctx, p.Checkpoint, []store.CheckpointState{store.CheckpointCreating},
+		func(c *store.Checkpoint) error { c.State = store.CheckpointFailed; return nil }); err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+		log.Error("take over: fail interrupted checkpoint", "err", err)
+	}
+}
+
+// failTakenOverBuild fails the template build a lost replica was running.
+func (s *Service) failTakenOverBuild(ctx context.Context, op *store.Operation) {
+	all, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		s.logger.Error("take over: list templates", "op", op.ID, "err", err)
+		return
+	}
+	for _, t := range all {
+		if t.ID != op.Target || t.State != store.TemplateBuilding {
+			continue
+		}
+		t.State = store.TemplateFailed
+		if err := s.store.UpsertTemplate(ctx, t); err != nil {
+			s.logger.Error("take over: fail interrupted template build", "template_build", t.ID, "err", err)
+			continue
+		}
+		s.logger.Warn("template build interrupted: its control replica was lost", "template", t.Name, "template_build", t.ID)
+	}
+}

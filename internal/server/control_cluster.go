@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/space-sandbox/space/internal/cluster/placement"
+	"github.com/space-sandbox/space/internal/objstore"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/remote"
+)
+
+// kubeClientset is the Kubernetes API the control plane uses.
+type kubeClientset = kubernetes.Interface
+
+// kubeClient is a client of the cluster: from the kubeconfig file, or the
+// in-cluster config (the Pod's ServiceAccount) when path is empty.
+func kubeClient(path string) (kubeClientset, error) {
+	var rc *rest.Config
+	var err error
+	if path == "" {
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("no --kubeconfig, and not running in a cluster: %w", err)
+		}
+	} else if rc, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	rc.UserAgent = "spaced-control"
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return c, nil
+}
+
+// workerDialer reaches workers over the worker protocol with the token of
+// --worker-token-file, over TLS with --worker-ca-file. Placement keeps one
+// client per address and closes them.
+func workerDialer(cfg ControlConfig, log *slog.Logger) (placement.Dial, error) {
+	token, err := remote.LoadToken(cfg.WorkerTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--worker-token-file: %w", err)
+	}
+	var tlsConfig *tls.Config
+	if cfg.WorkerCAFile != "" {
+		pem, err := os.ReadFile(cfg.WorkerCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--worker-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--worker-ca-file %s: no PEM certificate in it", cfg.WorkerCAFile)
+		}
+		tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+	}
+	wlog := log.With("component", "worker-protocol")
+	return func(address string) (worker.Worker, error) {
+		return remote.NewClient(remote.ClientConfig{Address: address, Token: token, TLS: tlsConfig, Logger: wlog})
+	}, nil
+}
+
+// openObjectStore checks at start that --object-store answers (the bucket
+// exists, the keys work), so a replica that could not reach it fails now.
+// What the control plane keeps there (template images, checkpoints) is
+// wired by the packages that write it.
+func openObjectStore(ctx context.Context, cfg ControlConfig, td *teardown, log *slog.Logger) error {
+	if cfg.ObjectStore == "" {
+		return nil
+	}
+	loc, err := objstore.ParseURL(cfg.ObjectStore)
+	if err != nil {
+		return fmt.Errorf("--object-store: %w", err)
+	}
+	creds, err := objstore.LoadCredentials(cfg.ObjectStoreCredentialsFile)
+	if err != nil {
+		return fmt.Errorf("--object-store-credentials-file: %w", err)
+	}
+	obj, err := objstore.Open(ctx, loc, creds, objstore.Options{})
+	if err != nil {
+		return fmt.Errorf("--object-store: %w", err)
+	}
+	td.add(obj.Close)
+	log.Info("object store", "bucket", loc.Bucket, "endpoint", loc.Endpoint)
+	return nil
+}
+
+// registerBaseTemplate builds the base template here and records it when
+// it can (as root, with busybox-static, bash-static and the agent binary);
+// otherwise it says so and leaves the store as it is: another replica, or
+// an earlier start, may have recorded it.
+func registerBaseTemplate(ctx context.Context, cfg Config, db store.Store, templatesDir string, log *slog.Logger) {
+	if os.Geteuid() != 0 {
+		log.Warn("not root: the base template is not built here", "templates", templatesDir)
+		return
+	}
+	if _, err := os.Stat(cfg.AgentBinary); err != nil {
+		log.Warn("no agent binary: the base template is not built here", "agent_binary", cfg.AgentBinary)
+		return
+	}
+	base, err := template.BuildBase(ctx, template.BaseOptions{TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary, Logger: log})
+	if err != nil {
+		log.Warn("base template not built", "err", err)
+		return
+	}
+	if err := registerTemplate(ctx, db, base); err != nil {
+		log.Warn("base template not recorded", "err", err)
+	}
+}

@@ -1,0 +1,169 @@
+package server
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/cluster/k8s"
+	"github.com/space-sandbox/space/internal/objstore"
+	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/store/postgres"
+)
+
+// ControlConfig is the configuration of `spaced control`: the API, auth,
+// operations and sandbox service of a cluster, with no worker in process.
+// Its API fields are Config's (listen, data dir, store, features, quotas,
+// template builders, logs); the rest say how it reaches Kubernetes and
+// the workers.
+type ControlConfig struct {
+	Config
+	// Kubeconfig is the kubeconfig file; empty: the in-cluster config.
+	Kubeconfig string
+	// Namespace holds the sandbox Pods.
+	Namespace string
+	// WorkerTokenFile holds the worker protocol's token (required).
+	WorkerTokenFile string
+	// WorkerCAFile, when set, is the PEM CA the workers' TLS certificates
+	// chain to: the protocol then runs over TLS.
+	WorkerCAFile string
+	// AdminKeyFile holds the bootstrap admin key every replica registers
+	// (required).
+	AdminKeyFile string
+	// SecretsKeyFile holds the 32-byte key tenants' secrets are sealed
+	// with, the same on every replica; empty: the secrets routes answer
+	// 503 (a key per replica could not open the others' secrets).
+	SecretsKeyFile string
+	// LeaderLease is the Lease ("namespace/name") the replicas elect the
+	// leader of the singleton loops on.
+	LeaderLease string
+	// LeaderLeaseDuration is how long that Lease lasts unrenewed.
+	LeaderLeaseDuration time.Duration
+	// OperationLeaseTTL is how long an operation lease lasts unrenewed;
+	// a replica gone that long has its operations taken over.
+	OperationLeaseTTL time.Duration
+	// ScheduleTimeout bounds a create's wait for kube-scheduler and the
+	// worker; an unplaced sandbox then ends resource_exhausted.
+	ScheduleTimeout time.Duration
+	// ObjectStore is the s3:// URL of snapshots and template images, and
+	// ObjectStoreCredentialsFile its keys (empty: SPACE_S3_ACCESS_KEY and
+	// SPACE_S3_SECRET_KEY). Empty URL: none.
+	ObjectStore                string
+	ObjectStoreCredentialsFile string
+
+	// Serving, when set, is called with the bound API address once it
+	// listens (tests and `make cluster` start on port 0).
+	Serving func(addr string)
+}
+
+// DefaultLeaderLeaseName names the leader Lease when --leader-lease says
+// only nothing: <namespace>/space-control.
+const DefaultLeaderLeaseName = "space-control"
+
+// ParseControlFlags reads `spaced control`'s flags (args without "control").
+func ParseControlFlags(args []string) (ControlConfig, error) {
+	var cfg ControlConfig
+	fs := flag.NewFlagSet("spaced control", flag.ContinueOnError)
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address the API serves on")
+	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "scratch directory (template builds and their logs); the state is in --store")
+	fs.StringVar(&cfg.Store, "store", os.Getenv(StoreEnv), "the PostgreSQL database the replicas share: a postgres:// or postgresql:// URL (default $"+StoreEnv+")")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster config)")
+	fs.StringVar(&cfg.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
+	fs.StringVar(&cfg.WorkerTokenFile, "worker-token-file", "", "file holding the worker protocol's token (required)")
+	fs.StringVar(&cfg.WorkerCAFile, "worker-ca-file", "", "PEM CA of the workers' TLS certificates: reach workers over TLS")
+	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the bootstrap admin key (space_…), registered by every replica (required)")
+	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "file holding the 32-byte key tenants' secrets are sealed with, shared by the replicas, mode 0600 or 0400 (default: secrets routes off)")
+	fs.StringVar(&cfg.LeaderLease, "leader-lease", "", "Lease namespace/name the replicas elect the loops' leader on (default <namespace>/"+DefaultLeaderLeaseName+")")
+	fs.DurationVar(&cfg.LeaderLeaseDuration, "leader-lease-duration", 15*time.Second, "how long the leader Lease lasts unrenewed")
+	fs.DurationVar(&cfg.OperationLeaseTTL, "operation-lease", operation.DefaultLeaseTTL, "how long an operation lease lasts unrenewed before another replica takes the operation over")
+	fs.DurationVar(&cfg.ScheduleTimeout, "schedule-timeout", 2*time.Minute, "bound on a create's wait for a worker; then it ends resource_exhausted")
+	fs.StringVar(&cfg.ObjectStore, "object-store", "", "s3://bucket/prefix?endpoint=host:port of snapshots and template images")
+	fs.StringVar(&cfg.ObjectStoreCredentialsFile, "object-store-credentials-file", "", "file with access_key= and secret_key= lines (default $"+objstore.EnvAccessKey+", $"+objstore.EnvSecretKey+")")
+	var features multiFlag
+	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
+	var sourceRoots multiFlag
+	fs.Var(&sourceRoots, "template-source-root", "host directory template builds may read oci/rootfs paths from, besides <data-dir>/imports (repeatable)")
+	var registryAllow multiFlag
+	fs.Var(&registryAllow, "template-registry-allow", "registries (host[:port],…) template image pulls may reach on loopback, private or this host's addresses (repeatable)")
+	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into built templates")
+	fs.IntVar(&cfg.DefaultQuota.MaxSandboxes, "quota-sandboxes", 20, "default per-tenant limit on live sandboxes")
+	fs.IntVar(&cfg.DefaultQuota.MaxVCPUs, "quota-vcpus", 32, "default per-tenant limit on vCPUs of live sandboxes")
+	fs.IntVar(&cfg.DefaultQuota.MaxMemoryMiB, "quota-memory-mib", 32768, "default per-tenant limit on memory of live sandboxes")
+	fs.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", DefaultMaxConnsPerClient,
+		"open connections one client (remote IP) may hold (0: no bound; behind a proxy every client is the proxy)")
+	fs.BoolVar(&cfg.E2BRefuseInternet, "e2b-refuse-internet", false, "refuse E2B creates with allow_internet_access: true (403)")
+	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return ControlConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return ControlConfig{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	cfg.Features = features
+	for _, root := range sourceRoots {
+		abs, err := filepath.Abs(root)
+		if err != nil {
+			return ControlConfig{}, err
+		}
+		cfg.TemplateSourceRoots = append(cfg.TemplateSourceRoots, abs)
+	}
+	for _, v := range registryAllow {
+		for _, r := range strings.Split(v, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				cfg.TemplateRegistryAllow = append(cfg.TemplateRegistryAllow, r)
+			}
+		}
+	}
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return ControlConfig{}, err
+	}
+	cfg.DataDir = abs
+	if cfg.LeaderLease == "" {
+		cfg.LeaderLease = cfg.Namespace + "/" + DefaultLeaderLeaseName
+	}
+	return cfg, cfg.check()
+}
+
+// check validates what the flags cannot: it is also RunControl's first step,
+// so a config built in Go gets the same errors.
+func (cfg ControlConfig) check() error {
+	switch {
+	case cfg.Store == "":
+		return fmt.Errorf("spaced control needs --store (or $%s): the PostgreSQL database its replicas share; SQLite is for a single node", StoreEnv)
+	case !postgres.IsDSN(cfg.Store):
+		return errStoreFlag
+	case cfg.WorkerTokenFile == "":
+		return fmt.Errorf("spaced control needs --worker-token-file: the worker protocol's token, as the workers have it")
+	case cfg.AdminKeyFile == "":
+		return fmt.Errorf("spaced control needs --admin-key-file: the bootstrap admin key (space_ and 32 or more characters)")
+	case cfg.Namespace == "":
+		return fmt.Errorf("--namespace must not be empty")
+	case cfg.ScheduleTimeout <= 0 || cfg.OperationLeaseTTL <= 0 || cfg.LeaderLeaseDuration <= 0:
+		return fmt.Errorf("--schedule-timeout, --operation-lease and --leader-lease-duration must be positive")
+	case cfg.MaxConnsPerClient < 0:
+		return fmt.Errorf("--max-conns-per-client must be 0 or more, not %d", cfg.MaxConnsPerClient)
+	}
+	if _, _, err := splitLease(cfg.LeaderLease); err != nil {
+		return err
+	}
+	if cfg.ObjectStore != "" {
+		if _, err := objstore.ParseURL(cfg.ObjectStore); err != nil {
+			return fmt.Errorf("--object-store: %w", err)
+		}
+	}
+	return nil
+}
+
+// splitLease reads --leader-lease's "namespace/name".
+func splitLease(v string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(v, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("--leader-lease must be namespace/name, not %q", v)
+	}
+	return namespace, name, nil
+}
