@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apitest"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/testenv"
@@ -66,6 +69,10 @@ type tplEnv struct {
 	templates string // templates dir
 	imports   string // the source root
 	logs      string // build logs dir
+
+	mu         sync.Mutex
+	published  []string // builds Publish got, as name@digest
+	publishErr error    // what Publish answers, when set
 }
 
 func newTplEnv(t *testing.T) *tplEnv {
@@ -90,7 +97,19 @@ func newTplEnv(t *testing.T) *tplEnv {
 	}
 	te.logs = filepath.Join(root, "logs")
 	te.env = newEnvWith(t, Config{}, func(d *Deps) {
-		d.Templates = TemplateDeps{Builder: b, LogDir: te.logs}
+		d.Templates = TemplateDeps{Builder: b, LogDir: te.logs, TemplatesDir: te.templates,
+			Publish: func(ctx context.Context, dir string, m template.Metadata) error {
+				te.mu.Lock()
+				defer te.mu.Unlock()
+				if te.publishErr != nil {
+					return te.publishErr
+				}
+				if _, err := os.Stat(filepath.Join(dir, template.MetadataFile)); err != nil {
+					return fmt.Errorf("published build has no files: %w", err)
+				}
+				te.published = append(te.published, m.Ref())
+				return nil
+			}}
 		te.snap = &snapWorker{Worker: d.Worker.(*apitest.Worker)}
 		d.Worker = te.snap
 	})
@@ -198,6 +217,12 @@ func TestTemplateBuildUseAndLog(t *testing.T) {
 	snap := te.snap.lastPrepared()
 	if snap.Template != "tiny@"+got.Digest || snap.VCPUs != 2 || snap.MemoryMiB != 384 {
 		t.Fatalf("ready snapshot made for %+v", snap)
+	}
+	te.mu.Lock()
+	published := slices.Clone(te.published)
+	te.mu.Unlock()
+	if !slices.Equal(published, []string{"tiny@" + got.Digest}) {
+		t.Fatalf("published %v, want the one build", published)
 	}
 
 	// The log: every line once, then the end; reattached after line 2.
@@ -488,5 +513,25 @@ func TestTemplateBuildLogPruned(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Fatalf("recent log removed: %v", err)
+	}
+}
+
+// A build its publisher refuses fails, keeps no ready snapshot and is not
+// used.
+func TestTemplatePublishFails(t *testing.T) {
+	te := newTplEnv(t)
+	te.mu.Lock()
+	te.publishErr = errdefs.New(errdefs.ErrUnavailable, "the object store does not answer")
+	te.mu.Unlock()
+	src := te.rootfsTar("tiny.tar", map[string]string{"etc/hello": "v1\n"})
+	_, op := te.build(te.alice, apiv1.CreateTemplateRequest{Name: "tiny", Source: apiv1.TemplateSource{Type: "rootfs", Path: src}})
+	if op.State != apiv1.OpFailed || op.Error == nil || op.Error.Code != "unavailable" {
+		t.Fatalf("build with a failing publisher = %s %+v", op.State, op.Error)
+	}
+	if snap := te.snap.lastPrepared(); snap.Template != "" {
+		t.Fatalf("ready snapshot made for %+v", snap)
+	}
+	if _, err := te.alice.CreateSandbox(context.Background(), apiv1.CreateSandboxRequest{Template: "tiny"}); err == nil {
+		t.Fatal("a sandbox was created from the unpublished build")
 	}
 }

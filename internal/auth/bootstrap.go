@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -17,13 +19,21 @@ const minBootstrapKeyLen = len(KeyPrefix) + 32
 
 // RegisterAdminKey makes the key in path (a control plane's --admin-key-file,
 // in a cluster a Kubernetes Secret every replica mounts) an admin key of the
-// admin tenant: the store keeps its hash only. It is idempotent and safe
+// admin tenant: the store keeps its hash only. A missing file is created
+// first with a new key (mode 0600; of replicas racing, one key wins and all
+// read it), for a cluster on one machine whose replicas share a directory. It is idempotent and safe
 // to run from several replicas at once: a key already registered changes
 // nothing. A key that was revoked, or that belongs to a tenant's non-admin
 // key, is refused (re-registering it would undo an admin's decision): put
 // a new key in the file. The key never appears in errors or logs.
 func (a *Authenticator) RegisterAdminKey(ctx context.Context, path string) error {
 	secret, err := readBootstrapKey(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = createBootstrapKey(path); err == nil {
+			a.log.InfoContext(ctx, "bootstrap admin key written", "path", path)
+			secret, err = readBootstrapKey(path)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -95,4 +105,33 @@ func readBootstrapKey(path string) (string, error) {
 			"admin key file %s must hold one key: %q and at least 32 more characters, no spaces", path, KeyPrefix)
 	}
 	return secret, nil
+}
+
+// createBootstrapKey writes a new key to path unless a file is there: the
+// key is written whole to a temporary file first and then linked into
+// place, which fails when path exists, so a reader never sees half a key
+// and a racing writer's key is never replaced.
+func createBootstrapKey(path string) error {
+	secret, err := GenerateKey()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("admin key file: %w", errors.Join(errdefs.ErrInternal, err))
+	}
+	f, err := os.CreateTemp(dir, ".admin.key-*")
+	if err != nil {
+		return fmt.Errorf("admin key file: %w", errors.Join(errdefs.ErrInternal, err))
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, werr := f.WriteString(secret + "\n")
+	if err := errors.Join(werr, f.Chmod(0o600), f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("admin key file: %w", errors.Join(errdefs.ErrInternal, err))
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("admin key file: %w", errors.Join(errdefs.ErrInternal, err))
+	}
+	return nil
 }

@@ -92,7 +92,30 @@ func TestRegisterAdminKey(t *testing.T) {
 			t.Errorf("%s: the error repeats the key: %v", name, err)
 		}
 	}
-	if err := a.RegisterAdminKey(ctx, filepath.Join(t.TempDir(), "missing")); errdefs.ClassOf(err) != errdefs.ErrFailedPrecondition {
-		t.Errorf("missing file: %v", err)
+
+	// A missing file gets a new key, written once however many replicas
+	// race; every one registers the same key.
+	missing := filepath.Join(t.TempDir(), "missing")
+	for i := range errs {
+		wg.Go(func() { errs[i] = a.RegisterAdminKey(ctx, missing) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("RegisterAdminKey of a missing file: %v", err)
+		}
+	}
+	b, err := os.ReadFile(missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(missing); fi.Mode().Perm() != 0o600 {
+		t.Errorf("new key file mode %v", fi.Mode().Perm())
+	}
+	if p, err := a.Authenticate(ctx, strings.TrimSpace(string(b))); err != nil || !p.Admin {
+		t.Fatalf("new key: %+v, %v", p, err)
+	}
+	if keys, _ := db.ListAPIKeys(ctx, tenant.ID); len(keys) != 3 { // revoked, tenant's, new
+		t.Fatalf("keys of the admin tenant = %d, want 3", len(keys))
 	}
 }

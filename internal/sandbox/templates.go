@@ -23,6 +23,16 @@ type TemplateDeps struct {
 	AdminBuilder *template.Builder
 	// LogDir keeps every build's log, one file per build operation.
 	LogDir string
+	// Publish, when set, gets each successful build before its ready
+	// snapshot is made and before it is recorded ready: dir is the build's
+	// directory (template.BuildDir(TemplatesDir, m.Name, m.Digest)) and
+	// m.Digest names it. A cluster's control plane sets it to put the image
+	// where every worker finds it by digest (object storage), so the
+	// workers' ready snapshots and creates can fetch it; an error fails the
+	// build.
+	Publish func(ctx context.Context, dir string, m template.Metadata) error
+	// TemplatesDir is where the builders write builds (for Publish's dir).
+	TemplatesDir string
 }
 
 // BuildParams is a template_build operation's input.
@@ -74,6 +84,15 @@ func (s *Service) runTemplateBuild(ctx context.Context, op *store.Operation, rep
 	if prev, err := s.store.GetTemplateByName(ctx, m.Name, m.Digest); err == nil && prev.ID != row.ID {
 		shared = true
 	}
+	if err := s.publish(ctx, m, blog); err != nil {
+		log.Warn("template publish failed", "template", m.Ref(), "err", CauseString(err))
+		del := m.Ref()
+		if shared {
+			del = ""
+		}
+		s.failBuild(ctx, row, del)
+		return nil, err
+	}
 	if err := s.prepareSnapshot(ctx, m, blog, report); err != nil {
 		blog.Printf("build failed: %s", operation.PublicError(err).Message)
 		log.Warn("template ready snapshot failed", "template", m.Ref(), "err", CauseString(err))
@@ -107,6 +126,19 @@ func (s *Service) runTemplateBuild(ctx context.Context, op *store.Operation, rep
 	blog.Printf("ready: %s", m.Ref())
 	log.Info("template ready", "template", m.Ref())
 	return BuildResult{Template: row, Warnings: m.Warnings}, nil
+}
+
+// publish hands a new build to TemplateDeps.Publish, when set.
+func (s *Service) publish(ctx context.Context, m template.Metadata, blog *buildLog) error {
+	if s.templates.Publish == nil {
+		return nil
+	}
+	if err := s.templates.Publish(ctx, template.BuildDir(s.templates.TemplatesDir, m.Name, m.Digest), m); err != nil {
+		blog.Printf("build failed: publishing the image: %s", operation.PublicError(err).Message)
+		return err
+	}
+	blog.Printf("published: %s", m.Ref())
+	return nil
 }
 
 // prepareSnapshot boots the new build once and keeps its ready snapshot at

@@ -31,7 +31,7 @@ type ControlConfig struct {
 	// chain to: the protocol then runs over TLS.
 	WorkerCAFile string
 	// AdminKeyFile holds the bootstrap admin key every replica registers
-	// (required).
+	// (required; a missing file is created with a new key).
 	AdminKeyFile string
 	// SecretsKeyFile holds the 32-byte key tenants' secrets are sealed
 	// with, the same on every replica; empty: the secrets routes answer
@@ -74,7 +74,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	fs.StringVar(&cfg.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
 	fs.StringVar(&cfg.WorkerTokenFile, "worker-token-file", "", "file holding the worker protocol's token (required)")
 	fs.StringVar(&cfg.WorkerCAFile, "worker-ca-file", "", "PEM CA of the workers' TLS certificates: reach workers over TLS")
-	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the bootstrap admin key (space_…), registered by every replica (required)")
+	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the bootstrap admin key (space_…), registered by every replica (required; created with a new key when missing)")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "file holding the 32-byte key tenants' secrets are sealed with, shared by the replicas, mode 0600 or 0400 (default: secrets routes off)")
 	fs.StringVar(&cfg.LeaderLease, "leader-lease", "", "Lease namespace/name the replicas elect the loops' leader on (default <namespace>/"+DefaultLeaderLeaseName+")")
 	fs.DurationVar(&cfg.LeaderLeaseDuration, "leader-lease-duration", 15*time.Second, "how long the leader Lease lasts unrenewed")

@@ -137,7 +137,8 @@ func templateBuilders(cfg Config, templatesDir string, log *slog.Logger) (api.Te
 	if err != nil {
 		return api.TemplateDeps{}, err
 	}
-	return api.TemplateDeps{Builder: tenants, AdminBuilder: admins, LogDir: filepath.Join(cfg.DataDir, "template-logs")}, nil
+	return api.TemplateDeps{Builder: tenants, AdminBuilder: admins, LogDir: filepath.Join(cfg.DataDir, "template-logs"),
+		TemplatesDir: templatesDir}, nil
 }
 
 // registerTemplate records a built template image in the store.
