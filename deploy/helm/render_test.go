@@ -47,9 +47,15 @@ func loadChart(t *testing.T) *chart.Chart {
 // render is `helm template`: an install in client-only dry-run mode.
 func render(t *testing.T, vals map[string]any) (string, error) {
 	t.Helper()
+	return renderRelease(t, release, namespace, vals)
+}
+
+// renderRelease renders the chart as release name in namespace ns.
+func renderRelease(t *testing.T, name, ns string, vals map[string]any) (string, error) {
+	t.Helper()
 	install := action.NewInstall(&action.Configuration{})
 	install.ClientOnly, install.DryRun, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = release, namespace
+	install.ReleaseName, install.Namespace = name, ns
 	kv, err := chartutil.ParseKubeVersion(kubeVersion)
 	if err != nil {
 		t.Fatal(err)
