@@ -125,6 +125,8 @@ type env struct {
 	hits     map[string]*atomic.Int64 // server label -> requests/datagrams seen
 	caPool   *x509.CertPool
 	seen     chan http.Header // headers upstream A received
+	// streamGo lets a /stream response go on past its first part.
+	streamGo chan struct{}
 }
 
 func newEnv(t testing.TB, p Policy) *env {
@@ -146,6 +148,7 @@ func newEnvWith(t testing.TB, p Policy, mod func(*env, *Config)) *env {
 		addrB:    netip.AddrFrom4([4]byte{198, 18, byte(n), 3}),
 		hits:     map[string]*atomic.Int64{},
 		seen:     make(chan http.Header, 64),
+		streamGo: make(chan struct{}),
 	}
 	for _, k := range []string{"A", "B", "udp", "dns", "tlsA", "tlsB", "raw"} {
 		e.hits[k] = &atomic.Int64{}
@@ -266,6 +269,10 @@ func (e *env) startUpstream() {
 		label := label
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			e.hits[label].Add(1)
+			if r.URL.Path == "/stream" {
+				e.serveStream(w)
+				return
+			}
 			if label == "A" {
 				select {
 				case e.seen <- r.Header.Clone():
@@ -406,18 +413,7 @@ func (e *env) startGuest() {
 	sf, err := e.sb.OpenTap(network.TapOptions{})
 	must(t, err)
 	t.Cleanup(func() { gf.Close(); sf.Close() })
-	pump := func(dst, src *os.File) {
-		buf := make([]byte, 65536)
-		for {
-			n, err := src.Read(buf)
-			if err != nil {
-				return
-			}
-			dst.Write(buf[:n])
-		}
-	}
-	go pump(gf, sf)
-	go pump(sf, gf)
+	pumpFrames(gf, sf)
 
 	nl := nlAt(t, e.guestNS)
 	eth, err := nl.LinkByName("eth0")
@@ -430,6 +426,24 @@ func (e *env) startGuest() {
 	must(t, nl.LinkSetUp(lo))
 	must(t, nl.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: network.GatewayAddr.AsSlice()}))
 	must(t, nl.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Dst: prefixNet(netip.MustParseAddr("::"), 0), Gw: net.ParseIP("fd00::1")}))
+}
+
+// pumpFrames copies frames both ways between two taps, in userspace, as
+// the VM's NIC would (one read and one write per frame), until either is
+// closed.
+func pumpFrames(a, b *os.File) {
+	pump := func(dst, src *os.File) {
+		buf := make([]byte, 65536)
+		for {
+			n, err := src.Read(buf)
+			if err != nil {
+				return
+			}
+			dst.Write(buf[:n])
+		}
+	}
+	go pump(a, b)
+	go pump(b, a)
 }
 
 // dial opens a connection from inside the guest.

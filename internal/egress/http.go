@@ -198,7 +198,19 @@ func (c *proxyConn) roundTrip(g net.Conn, req *http.Request, guestBR *bufio.Read
 			io.Closer
 		}{sc.reader(resp.Body), resp.Body}
 	}
-	if err := resp.Write(g); err != nil {
+	// Response.Write makes a write per header field, each a segment to the
+	// guest (and, with a VM, a frame through its NIC): the header and what
+	// of the body is at hand are gathered and sent together, and flushed
+	// before any read of the body that could wait on the upstream, so a
+	// streamed response is never held back.
+	gw := bufio.NewWriterSize(g, 16<<10)
+	resp.Body = &flushBeforeWait{r: resp.Body, w: gw, src: upBR, always: sc != nil}
+	// (Written through a plain Writer: bufio's ReadFrom would have the body
+	// read into its buffer, which the flush before the read would reset.)
+	if err := resp.Write(struct{ io.Writer }{gw}); err != nil {
+		return false
+	}
+	if err := gw.Flush(); err != nil {
 		return false
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -229,6 +241,28 @@ func writeStatus(w io.Writer, req *http.Request, code int, body string) {
 	}
 	_ = resp.Write(w)
 }
+
+// flushBeforeWait is a response body that flushes w before every read that
+// could block: when src (the upstream's reader) holds no buffered bytes,
+// or always (a decoder or scrubber between them may read more than src
+// holds).
+type flushBeforeWait struct {
+	r      io.ReadCloser
+	w      *bufio.Writer
+	src    *bufio.Reader
+	always bool
+}
+
+func (f *flushBeforeWait) Read(p []byte) (int, error) {
+	if f.w.Buffered() > 0 && (f.always || f.src.Buffered() == 0) {
+		if err := f.w.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return f.r.Read(p)
+}
+
+func (f *flushBeforeWait) Close() error { return f.r.Close() }
 
 type countReader struct {
 	r io.Reader
