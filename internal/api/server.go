@@ -410,3 +410,7 @@ func (s *Server) recorded(h operation.Handler) operation.Handler {
 func (s *Server) ReconcileTakenOver(ctx context.Context, ended []*store.Operation) {
 	s.svc.ReconcileTakenOver(ctx, ended)
 }
+
+// ReconcileLive fails running and paused sandboxes whose VM is gone (see
+// sandbox.Service.ReconcileLive): a cluster leader's loop.
+func (s *Server) ReconcileLive(ctx context.Context) error { return s.svc.ReconcileLive(ctx) }

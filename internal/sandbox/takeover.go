@@ -92,3 +92,55 @@ func (s *Service) failTakenOverBuild(ctx context.Context, op *store.Operation) {
 		s.logger.Warn("template build interrupted: its control replica was lost", "template", t.Name, "template_build", t.ID)
 	}
 }
+
+// ReconcileLive fails the running and paused sandboxes whose VM the worker
+// no longer has (gone, or stopped), with their commands lost: the loop a
+// cluster's leader runs, for what no exit reported (a Pod gone while no
+// replica watched). Unlike Reconcile it leaves every sandbox in a
+// transition alone (its operation, live or taken over, settles it), so it
+// is safe while other replicas work. It does nothing when the worker
+// cannot list its VMs.
+func (s *Service) ReconcileLive(ctx context.Context) error {
+	var live []*store.Sandbox
+	if err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: []store.SandboxState{running, paused}},
+		func(sb *store.Sandbox) { live = append(live, sb) }); err != nil {
+		return err
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	// Listed after the sandboxes: a VM made meanwhile is for a sandbox not
+	// in live.
+	vms, err := s.worker.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	onWorker := map[string]worker.SandboxStatus{}
+	for _, v := range vms {
+		onWorker[v.ID] = v
+	}
+	for _, sb := range live {
+		if vm, ok := onWorker[sb.ID]; ok && vm.State != worker.VMStopped {
+			continue
+		}
+		// Read again: it may have moved on (suspended, deleted) since.
+		cur, err := s.store.GetSandbox(ctx, store.AnyTenant, sb.ID)
+		if err != nil || (cur.State != running && cur.State != paused) {
+			continue
+		}
+		st, err := s.worker.Sandbox(ctx, sb.ID)
+		if err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
+			continue // cannot tell now
+		}
+		if err == nil && st.State != worker.VMStopped {
+			continue
+		}
+		why := "the sandbox's VM stopped unexpectedly"
+		if st.Lost != "" {
+			why = st.Lost
+		}
+		s.logger.Warn("reconcile: VM is gone", "sandbox", sb.ID, "state", cur.State, "lost", st.Lost)
+		s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "%s", why), cur.State)
+	}
+	return nil
+}

@@ -153,9 +153,35 @@ func controlReady(ctx context.Context, db store.Store) error {
 	return nil
 }
 
+// liveReconcileEvery is how often the leader checks that running and
+// paused sandboxes still have their VM.
+const liveReconcileEvery = time.Minute
+
+// leaderLoops are what the leader runs until its leadership ends: srv.Run
+// (worker exits, expiry, idle suspend) and, at once and then every
+// liveReconcileEvery, the reconcile of live sandboxes.
+func leaderLoops(ctx context.Context, srv *api.Server, log *slog.Logger) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(liveReconcileEvery)
+		defer tick.Stop()
+		for {
+			if err := srv.ReconcileLive(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("reconcile live sandboxes", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	srv.Run(ctx)
+	wg.Wait()
+}
+
 // runLeaderLoops campaigns for the leader Lease in the background and runs
-// the singleton loops (srv.Run: worker exits, expiry, idle suspend) while
-// this replica leads. td stops the campaign (releasing the Lease) before
+// the singleton loops (leaderLoops) while this replica leads. td stops the campaign (releasing the Lease) before
 // the engine closes.
 func runLeaderLoops(ctx context.Context, cfg ControlConfig, kube kubeClientset, identity string, srv *api.Server, td *teardown, log *slog.Logger) error {
 	ns, name, err := splitLease(cfg.LeaderLease)
@@ -168,7 +194,7 @@ func runLeaderLoops(ctx context.Context, cfg ControlConfig, kube kubeClientset, 
 	go func() {
 		done <- leader.RunAsLeader(bg, leader.Config{Client: kube, Namespace: ns, Name: name, Identity: identity,
 			LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 7, Logger: log.With("component", "leader")},
-			func(leading context.Context) { srv.Run(leading) })
+			func(leading context.Context) { leaderLoops(leading, srv, log) })
 	}()
 	td.add(func() {
 		stop()
