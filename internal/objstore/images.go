@@ -26,7 +26,7 @@ func (s *Store) PutImage(ctx context.Context, digest, dir string, files []string
 	if err := checkDigest(digest); err != nil {
 		return nil, err
 	}
-	return s.put(ctx, kindImage, digest, dir, files, true)
+	return s.put(ctx, kindImage, digest, dir, files, true, nil)
 }
 
 // StatImage returns the manifest of the image, ErrNotFound when none.

@@ -27,6 +27,10 @@ type Manifest struct {
 	ChunkSize   int64     `json:"chunk_size"`
 	Compression string    `json:"compression"`
 	Files       []File    `json:"files"`
+	// Meta is what the uploader stored with the object (PutSnapshotMeta),
+	// e.g. the spec of a suspended sandbox; nil when none. At most MaxMeta
+	// bytes of JSON.
+	Meta json.RawMessage `json:"meta,omitempty"`
 }
 
 // File is one file of an object.
@@ -181,6 +185,8 @@ func (m *Manifest) check(kind, name string) error {
 		return fmt.Errorf("compression %q", m.Compression)
 	case len(m.Files) == 0:
 		return fmt.Errorf("no files")
+	case len(m.Meta) > MaxMeta:
+		return fmt.Errorf("meta of %d bytes", len(m.Meta))
 	}
 	seen := map[string]bool{}
 	for _, f := range m.Files {

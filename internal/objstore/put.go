@@ -31,12 +31,12 @@ func (s *Store) PutSnapshot(ctx context.Context, name, dir string, files []strin
 	if err := checkKeyPath(name); err != nil {
 		return nil, fmt.Errorf("snapshot name: %w", err)
 	}
-	return s.put(ctx, kindSnapshot, name, dir, files, false)
+	return s.put(ctx, kindSnapshot, name, dir, files, false, nil)
 }
 
 // put uploads an object; when existingOK, an object already stored under
 // the name is returned as it is (images are put once).
-func (s *Store) put(ctx context.Context, kind, name, dir string, files []string, existingOK bool) (*Manifest, error) {
+func (s *Store) put(ctx context.Context, kind, name, dir string, files []string, existingOK bool, meta json.RawMessage) (*Manifest, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("put %s/%s: %w: no files", kind, name, errdefs.ErrInvalidArgument)
 	}
@@ -59,7 +59,7 @@ func (s *Store) put(ctx context.Context, kind, name, dir string, files []string,
 		return nil, err
 	}
 	m := &Manifest{Version: manifestVersion, Kind: kind, Name: name, Upload: newUploadID(),
-		CreatedAt: time.Now().UTC(), ChunkSize: int64(s.opts.ChunkSize), Compression: compressionZstd}
+		CreatedAt: time.Now().UTC(), ChunkSize: int64(s.opts.ChunkSize), Compression: compressionZstd, Meta: meta}
 	if err := s.uploadFiles(ctx, m, dir, files); err != nil {
 		s.removeUpload(m.Upload)
 		return nil, err

@@ -23,17 +23,20 @@ import (
 // ErrDeadlineExceeded; one its worker failed with the worker's error class
 // and message.
 func (p *Placement) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (worker.SandboxStatus, error) {
+	pin := ""
+	if spec.FromCheckpoint != "" {
+		var err error
+		if spec, pin, err = p.branchOf(ctx, spec); err != nil { // checkpoints.go
+			return worker.SandboxStatus{}, err
+		}
+	}
 	pod, err := k8s.SandboxPod(spec, k8s.PodOptions{Namespace: p.cfg.Namespace, TolerationSeconds: p.cfg.TolerationSeconds})
 	if err != nil {
 		return worker.SandboxStatus{}, err
 	}
 	log := p.log.With("sandbox", spec.ID, "pod", pod.Name)
-	if spec.FromCheckpoint != "" {
-		node, err := p.holderOf(ctx, spec.FromCheckpoint)
-		if err != nil {
-			return worker.SandboxStatus{}, err
-		}
-		k8s.PinToNode(pod, node)
+	if pin != "" {
+		k8s.PinToNode(pod, pin)
 	}
 	p.mu.Lock()
 	p.creating[spec.ID] = true

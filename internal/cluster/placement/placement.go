@@ -57,6 +57,11 @@ type Config struct {
 	// Dial reaches a worker by its address. Required.
 	Dial   Dial
 	Logger *slog.Logger
+	// Snapshots, when set, is the object store workers upload snapshots
+	// to: checkpoints are listed and deleted there and a branch is placed
+	// by the scheduler (checkpoints.go). Nil keeps each checkpoint on the
+	// worker that took it.
+	Snapshots SnapshotStore
 }
 
 func (c Config) withDefaults() Config {

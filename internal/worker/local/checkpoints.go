@@ -108,8 +108,15 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 		return worker.CheckpointStatus{}, diskError("seal checkpoint", err)
 	}
 	faultinject.Point("checkpoint.sealed")
+	status := w.checkpointStatus(meta)
+	if err := w.uploadCheckpoint(ctx, status, dir); err != nil {
+		w.ckMu.Lock()
+		_ = os.RemoveAll(dir)
+		w.ckMu.Unlock()
+		return worker.CheckpointStatus{}, err
+	}
 	w.log.Info("checkpoint taken", "sandbox", sandboxID, "checkpoint", checkpointID, "paused", paused.Round(time.Microsecond))
-	return w.checkpointStatus(meta), nil
+	return status, nil
 }
 
 // DeleteCheckpoint implements worker.Lifecycle.
@@ -122,7 +129,7 @@ func (w *Worker) DeleteCheckpoint(ctx context.Context, checkpointID string) erro
 	if err := os.RemoveAll(w.checkpointDir(checkpointID)); err != nil {
 		return fmt.Errorf("remove checkpoint: %w: %v", errdefs.ErrInternal, err)
 	}
-	return nil
+	return w.deleteCheckpointObject(ctx, checkpointID)
 }
 
 // Checkpoints implements worker.Lifecycle.
@@ -148,10 +155,10 @@ func (w *Worker) Checkpoints(ctx context.Context) ([]worker.CheckpointStatus, er
 
 // branch gives a new sandbox the checkpoint's state (CreateSandbox with
 // FromCheckpoint; the caller configures the agent).
-func (w *Worker) branch(ctx context.Context, sb *sandbox, ck checkpointMeta) error {
+func (w *Worker) branch(ctx context.Context, sb *sandbox, ck checkpointSource) error {
 	w.ckMu.RLock()
 	defer w.ckMu.RUnlock()
-	dir := w.checkpointDir(ck.ID)
+	dir := ck.dir
 	m, err := verifySnapshot(ctx, dir)
 	if err != nil {
 		return err
@@ -161,10 +168,12 @@ func (w *Worker) branch(ctx context.Context, sb *sandbox, ck checkpointMeta) err
 
 // RestoreCheckpoint implements worker.Lifecycle.
 func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID string) (worker.SandboxStatus, error) {
-	ck, err := w.loadCheckpoint(checkpointID)
+	src, err := w.openCheckpoint(ctx, checkpointID)
 	if err != nil {
 		return worker.SandboxStatus{}, err
 	}
+	defer src.release()
+	ck := src.meta
 	sb, done, err := w.lifecycle(sandboxID)
 	if err != nil {
 		return worker.SandboxStatus{}, err
@@ -177,7 +186,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	}
 	w.ckMu.RLock()
 	defer w.ckMu.RUnlock()
-	dir := w.checkpointDir(checkpointID)
+	dir := src.dir
 	m, err := verifySnapshot(ctx, dir)
 	if err != nil {
 		return worker.SandboxStatus{}, err

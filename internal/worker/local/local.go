@@ -33,6 +33,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/keylock"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/vmm"
@@ -74,6 +75,11 @@ type Config struct {
 	// PoolMemoryMiB bounds the guest memory of all pooled VMs together.
 	// Zero means DefaultPoolMemoryMiB.
 	PoolMemoryMiB int
+	// Snapshots, when set, is the object store suspends upload to and
+	// creates with SandboxSpec.FromSnapshot download from (cluster mode:
+	// suspend here, wake on any worker). Its download cache must be on
+	// Storage's volume. Nil keeps suspend snapshots on this worker only.
+	Snapshots SnapshotStore
 }
 
 // Worker is the single-host worker.Worker.
@@ -91,6 +97,9 @@ type Worker struct {
 	// tplMu: creates and pool fills make and read template snapshots
 	// (RLock) while ForgetTemplate removes them (Lock).
 	tplMu sync.RWMutex
+	// imageFetches: one fetch of a template image at a time per digest
+	// (template_fetch.go).
+	imageFetches keylock.Map
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox

@@ -19,7 +19,6 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/faultinject"
 	"github.com/space-sandbox/space/internal/network"
-	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -182,13 +181,15 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	if !validID(spec.ID) {
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
-	var ck *checkpointMeta
+	var ck *checkpointSource
 	if spec.FromCheckpoint != "" {
-		m, err := w.loadCheckpoint(spec.FromCheckpoint)
+		src, err := w.openCheckpoint(ctx, spec.FromCheckpoint) // checkpoint_objects.go
 		if err != nil {
 			return worker.SandboxStatus{}, err
 		}
-		ck = &m
+		defer src.release()
+		ck = &src
+		m := src.meta
 		spec.Template, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB =
 			m.Spec.Template, m.Spec.VCPUs, m.Spec.MemoryMiB, m.Spec.DiskMiB
 	}
@@ -243,7 +244,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	how := "cold boot"
 	switch {
 	case ck != nil:
-		how = "branch of " + ck.ID
+		how = "branch of " + ck.meta.ID
 		err = w.branch(ctx, sb, *ck)
 	case haveSnap:
 		how, err = w.restoreTemplate(ctx, sb, snap, m, pooled, ph)
@@ -276,7 +277,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 // coldBoot clones the template disk and boots the sandbox's VM.
 func (w *Worker) coldBoot(ctx context.Context, sb *sandbox) error {
 	spec := sb.spec
-	tpl, err := template.Load(w.cfg.TemplatesDir, spec.Template)
+	tpl, err := w.loadTemplate(ctx, spec.Template)
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) e
 }
 
 func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (string, manifest, error) {
-	tpl, err := template.Load(w.cfg.TemplatesDir, spec.Template)
+	tpl, err := w.loadTemplate(ctx, spec.Template)
 	if err != nil {
 		return "", manifest{}, err
 	}
