@@ -70,28 +70,28 @@ func workerDialer(cfg ControlConfig, log *slog.Logger) (placement.Dial, error) {
 }
 
 // openObjectStore checks at start that --object-store answers (the bucket
-// exists, the keys work), so a replica that could not reach it fails now.
-// What the control plane keeps there (template images, checkpoints) is
-// wired by the packages that write it.
-func openObjectStore(ctx context.Context, cfg ControlConfig, td *teardown, log *slog.Logger) error {
+// exists, the keys work), so a replica that could not reach it fails now,
+// and returns it (nil without the flag). What the control plane keeps
+// there is in control_artifacts.go.
+func openObjectStore(ctx context.Context, cfg ControlConfig, td *teardown, log *slog.Logger) (*objstore.Store, error) {
 	if cfg.ObjectStore == "" {
-		return nil
+		return nil, nil
 	}
 	loc, err := objstore.ParseURL(cfg.ObjectStore)
 	if err != nil {
-		return fmt.Errorf("--object-store: %w", err)
+		return nil, fmt.Errorf("--object-store: %w", err)
 	}
 	creds, err := objstore.LoadCredentials(cfg.ObjectStoreCredentialsFile)
 	if err != nil {
-		return fmt.Errorf("--object-store-credentials-file: %w", err)
+		return nil, fmt.Errorf("--object-store-credentials-file: %w", err)
 	}
 	obj, err := objstore.Open(ctx, loc, creds, objstore.Options{})
 	if err != nil {
-		return fmt.Errorf("--object-store: %w", err)
+		return nil, fmt.Errorf("--object-store: %w", err)
 	}
 	td.add(obj.Close)
 	log.Info("object store", "bucket", loc.Bucket, "endpoint", loc.Endpoint)
-	return nil
+	return obj, nil
 }
 
 // registerBaseTemplate builds the base template here and records it when

@@ -58,7 +58,8 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	if err := openObjectStore(ctx, cfg, &td, log); err != nil {
+	obj, err := openObjectStore(ctx, cfg, &td, log)
+	if err != nil {
 		return err
 	}
 
@@ -68,7 +69,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	pl, err := placement.New(pctx, kube, placement.Config{Namespace: cfg.Namespace, ScheduleTimeout: cfg.ScheduleTimeout,
-		Dial: dial, Logger: log.With("component", "placement")})
+		Dial: dial, Snapshots: controlSnapshots(obj), Logger: log.With("component", "placement")})
 	cancel()
 	if err != nil {
 		return err
@@ -81,6 +82,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
+	tpls.Publish = publishImage(obj)
 	// The engine may hand over operations before the API exists: they
 	// wait for it (the first pass is LeaseTTL/3 after the start).
 	var srvReady sync.WaitGroup
