@@ -14,25 +14,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const checkpointCols = `id, tenant_id, sandbox_id, name, parent, state, template, template_digest, vcpus, memory_mib,
-	disk_mib, worker, size_bytes, created_at`
-
-func scanCheckpoint(row storecodec.Row) (*store.Checkpoint, error) {
-	var c store.Checkpoint
-	var created int64
-	if err := row.Scan(&c.ID, &c.TenantID, &c.SandboxID, &c.Name, &c.Parent, &c.State, &c.Template, &c.TemplateDigest,
-		&c.VCPUs, &c.MemoryMiB, &c.DiskMiB, &c.Worker, &c.SizeBytes, &created); err != nil {
-		return nil, err
-	}
-	c.CreatedAt = storecodec.FromNanos(created)
-	return &c, nil
-}
-
-func checkpointArgs(c *store.Checkpoint) []any {
-	return []any{c.ID, c.TenantID, c.SandboxID, c.Name, c.Parent, string(c.State), c.Template, c.TemplateDigest,
-		c.VCPUs, c.MemoryMiB, c.DiskMiB, c.Worker, c.SizeBytes, storecodec.Nanos(c.CreatedAt)}
-}
-
 // CreateCheckpoint inserts c, filling ID and CreatedAt when empty.
 func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
 	if ck.TenantID == "" || ck.SandboxID == "" || ck.State == "" {
@@ -45,8 +26,8 @@ func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error
 		ck.CreatedAt = storecodec.Now()
 	}
 	ck.CreatedAt = storecodec.Norm(ck.CreatedAt)
-	_, err := c.exec(ctx, "create checkpoint", `INSERT INTO checkpoints (`+checkpointCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, checkpointArgs(ck)...)
+	_, err := c.exec(ctx, "create checkpoint", `INSERT INTO checkpoints (`+storecodec.CheckpointColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, storecodec.CheckpointArgs(ck)...)
 	return err
 }
 
@@ -56,7 +37,7 @@ func (c *conn) GetCheckpoint(ctx context.Context, tenantID, id string) (*store.C
 
 func (c *conn) getCheckpoint(ctx context.Context, tenantID, id, lock string) (*store.Checkpoint, error) {
 	c = c.bind(ctx)
-	ck, err := scanCheckpoint(c.q.QueryRow(ctx, `SELECT `+checkpointCols+` FROM checkpoints
+	ck, err := storecodec.ScanCheckpoint(c.q.QueryRow(ctx, `SELECT `+storecodec.CheckpointColumns+` FROM checkpoints
 		WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock, id, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("checkpoint", id)
@@ -68,14 +49,14 @@ func (c *conn) getCheckpoint(ctx context.Context, tenantID, id, lock string) (*s
 }
 
 func (c *conn) ListCheckpoints(ctx context.Context, f store.CheckpointFilter) (store.Page[*store.Checkpoint], error) {
-	q := pageQuery{what: "list checkpoints", cols: checkpointCols, table: "checkpoints", PageRequest: f.PageRequest}
+	q := pageQuery{what: "list checkpoints", cols: storecodec.CheckpointColumns, table: "checkpoints", PageRequest: f.PageRequest}
 	if f.TenantID != "" {
 		q.filter("tenant_id = " + q.arg(f.TenantID))
 	}
 	if f.SandboxID != "" {
 		q.filter("sandbox_id = " + q.arg(f.SandboxID))
 	}
-	return listPage(ctx, c.bind(ctx), q, scanCheckpoint, func(ck *store.Checkpoint) (time.Time, string) { return ck.CreatedAt, ck.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanCheckpoint, func(ck *store.Checkpoint) (time.Time, string) { return ck.CreatedAt, ck.ID })
 }
 
 // UpdateCheckpoint locks the row, compares the state, applies mutate and
@@ -98,7 +79,7 @@ func (c *conn) UpdateCheckpoint(ctx context.Context, id string, from []store.Che
 			}
 		}
 		ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
-		a := checkpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
+		a := storecodec.CheckpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
 		a = append(a[:len(a)-1], ck.ID)
 		_, err = tc.q.Exec(ctx, `UPDATE checkpoints SET name = $1, parent = $2, state = $3, template = $4,
 			template_digest = $5, vcpus = $6, memory_mib = $7, disk_mib = $8, worker = $9, size_bytes = $10 WHERE id = $11`, a...)

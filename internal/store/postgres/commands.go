@@ -13,33 +13,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const cmdCols = `id, tenant_id, sandbox_id, process_id, spec, state, pid, exit, created_at, started_at`
-
-func scanCmd(row storecodec.Row) (*store.Command, error) {
-	var cmd store.Command
-	var spec string
-	var exit *string
-	var created int64
-	var started *int64
-	if err := row.Scan(&cmd.ID, &cmd.TenantID, &cmd.SandboxID, &cmd.ProcessID, &spec, &cmd.State, &cmd.PID, &exit, &created, &started); err != nil {
-		return nil, err
-	}
-	cmd.Spec = storecodec.RawFrom(&spec)
-	cmd.Exit = storecodec.RawFrom(exit)
-	cmd.CreatedAt, cmd.StartedAt = storecodec.FromNanos(created), storecodec.TimePtr(started)
-	return &cmd, nil
-}
-
-func normCmd(cmd *store.Command) {
-	cmd.CreatedAt, cmd.StartedAt = storecodec.Norm(cmd.CreatedAt), storecodec.NormPtr(cmd.StartedAt)
-	if len(cmd.Spec) == 0 {
-		cmd.Spec = nil
-	}
-	if len(cmd.Exit) == 0 {
-		cmd.Exit = nil
-	}
-}
-
 // CreateCommand inserts cmd, filling ID, ProcessID (= ID), State (created)
 // and CreatedAt when empty. The sandbox must exist (ErrNotFound).
 func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
@@ -58,13 +31,13 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 	if cmd.CreatedAt.IsZero() {
 		cmd.CreatedAt = storecodec.Now()
 	}
-	normCmd(cmd)
+	storecodec.NormCommand(cmd)
 	return c.atomic(ctx, func(tc *conn) error {
 		// Tenant scoping: a command can only go into the tenant's own sandbox.
 		if _, err := tc.GetSandbox(ctx, cmd.TenantID, cmd.SandboxID); err != nil {
 			return err
 		}
-		_, err := tc.q.Exec(ctx, `INSERT INTO commands (`+cmdCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		_, err := tc.q.Exec(ctx, `INSERT INTO commands (`+storecodec.CommandColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit),
 			storecodec.Nanos(cmd.CreatedAt), storecodec.NullNanos(cmd.StartedAt))
 		if err != nil {
@@ -80,7 +53,7 @@ func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (
 
 func (c *conn) getCommand(ctx context.Context, tenantID, sandboxID, id, lock string) (*store.Command, error) {
 	c = c.bind(ctx)
-	cmd, err := scanCmd(c.q.QueryRow(ctx, `SELECT `+cmdCols+` FROM commands
+	cmd, err := storecodec.ScanCommand(c.q.QueryRow(ctx, `SELECT `+storecodec.CommandColumns+` FROM commands
 		WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND ($3 = '' OR sandbox_id = $3)`+lock, id, tenantID, sandboxID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("command", id)
@@ -92,11 +65,11 @@ func (c *conn) getCommand(ctx context.Context, tenantID, sandboxID, id, lock str
 }
 
 func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.Page[*store.Command], error) {
-	q := pageQuery{what: "list commands", cols: cmdCols, table: "commands", PageRequest: f.PageRequest}
+	q := pageQuery{what: "list commands", cols: storecodec.CommandColumns, table: "commands", PageRequest: f.PageRequest}
 	q.filter("sandbox_id = " + q.arg(f.SandboxID))
 	t := q.arg(f.TenantID)
 	q.filter("(" + t + " = '' OR tenant_id = " + t + ")")
-	return listPage(ctx, c.bind(ctx), q, scanCmd, func(cmd *store.Command) (time.Time, string) { return cmd.CreatedAt, cmd.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanCommand, func(cmd *store.Command) (time.Time, string) { return cmd.CreatedAt, cmd.ID })
 }
 
 // UpdateCommand locks the row, compares the state, applies mutate and
@@ -118,7 +91,7 @@ func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.Comman
 			}
 		}
 		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepProcess, keepCreated
-		normCmd(cmd)
+		storecodec.NormCommand(cmd)
 		_, err = tc.q.Exec(ctx, `UPDATE commands SET spec = $1, state = $2, pid = $3, exit = $4, started_at = $5 WHERE id = $6`,
 			string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit), storecodec.NullNanos(cmd.StartedAt), cmd.ID)
 		if err != nil {

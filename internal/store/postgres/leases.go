@@ -22,9 +22,9 @@ const clockNanos = `((EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint *
 // unfinished is the state condition of an operation that can be leased.
 const unfinished = `state IN ('pending', 'running')`
 
-// opColsOf is opCols qualified by table, for statements joining another.
+// opColsOf is storecodec.OperationColumns qualified by table, for statements joining another.
 func opColsOf(table string) string {
-	cols := strings.Split(opCols, ",")
+	cols := strings.Split(storecodec.OperationColumns, ",")
 	for i, c := range cols {
 		cols[i] = table + "." + strings.TrimSpace(c)
 	}
@@ -47,7 +47,7 @@ func (c *conn) ClaimOperation(ctx context.Context, id, owner string, ttl time.Du
 	}
 	var out *store.Operation
 	err := c.step(ctx, func(tc *conn) error {
-		op, err := scanOp(tc.q.QueryRow(ctx, `UPDATE operations SET lease_owner = $2, lease_expires_at = clock.ns + $3
+		op, err := storecodec.ScanOperation(tc.q.QueryRow(ctx, `UPDATE operations SET lease_owner = $2, lease_expires_at = clock.ns + $3
 			FROM (SELECT `+clockNanos+` AS ns) AS clock
 			WHERE id = $1 AND `+unfinished+` AND (lease_owner = '' OR lease_owner = $2 OR lease_expires_at < clock.ns)
 			RETURNING `+opColsOf("operations"), id, owner, ttl.Nanoseconds()))
@@ -109,7 +109,7 @@ func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl tim
 	var out []*store.Operation
 	err := c.step(ctx, func(tc *conn) error {
 		var err error
-		out, err = collect(ctx, tc, "claim expired operations", scanOp, `WITH clock AS (SELECT `+clockNanos+` AS ns),
+		out, err = collect(ctx, tc, "claim expired operations", storecodec.ScanOperation, `WITH clock AS (SELECT `+clockNanos+` AS ns),
 			free AS (
 				SELECT o.id FROM operations o, clock
 				WHERE o.state IN ('pending', 'running') AND (o.lease_owner = '' OR o.lease_expires_at < clock.ns)

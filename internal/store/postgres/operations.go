@@ -13,43 +13,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at,
-	lease_owner, lease_expires_at`
-
-func scanOp(row storecodec.Row) (*store.Operation, error) {
-	var op store.Operation
-	var progress, errInfo, result, params *string
-	var created, updated, leaseExpires int64
-	var done *int64
-	if err := row.Scan(&op.ID, &op.TenantID, &op.Type, &op.Target, &op.State, &progress, &errInfo, &result, &params,
-		&created, &updated, &done, &op.LeaseOwner, &leaseExpires); err != nil {
-		return nil, err
-	}
-	var err error
-	if op.Progress, err = storecodec.JSONFrom[store.Progress](progress); err != nil {
-		return nil, err
-	}
-	if op.Error, err = storecodec.JSONFrom[store.ErrorInfo](errInfo); err != nil {
-		return nil, err
-	}
-	op.Result, op.Params = storecodec.RawFrom(result), storecodec.RawFrom(params)
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.FromNanos(created), storecodec.FromNanos(updated), storecodec.TimePtr(done)
-	if leaseExpires != 0 {
-		op.LeaseExpiresAt = storecodec.FromNanos(leaseExpires)
-	}
-	return &op, nil
-}
-
-func normOp(op *store.Operation) {
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.Norm(op.CreatedAt), storecodec.Norm(op.UpdatedAt), storecodec.NormPtr(op.DoneAt)
-	if len(op.Result) == 0 {
-		op.Result = nil
-	}
-	if len(op.Params) == 0 {
-		op.Params = nil
-	}
-}
-
 // CreateOperation inserts op, filling ID, State (pending), CreatedAt and
 // UpdatedAt when empty. It has no lease until ClaimOperation.
 func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
@@ -68,8 +31,8 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 	}
 	op.UpdatedAt = t
 	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
-	normOp(op)
-	_, err := c.exec(ctx, "create operation", `INSERT INTO operations (`+opCols+`)
+	storecodec.NormOperation(op)
+	_, err := c.exec(ctx, "create operation", `INSERT INTO operations (`+storecodec.OperationColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, '', 0)`,
 		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error),
 		storecodec.RawText(op.Result), storecodec.RawText(op.Params), storecodec.Nanos(op.CreatedAt), storecodec.Nanos(op.UpdatedAt), storecodec.NullNanos(op.DoneAt))
@@ -82,7 +45,7 @@ func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Op
 
 func (c *conn) getOperation(ctx context.Context, tenantID, id, lock string) (*store.Operation, error) {
 	c = c.bind(ctx)
-	op, err := scanOp(c.q.QueryRow(ctx, `SELECT `+opCols+` FROM operations WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock,
+	op, err := storecodec.ScanOperation(c.q.QueryRow(ctx, `SELECT `+storecodec.OperationColumns+` FROM operations WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock,
 		id, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("operation", id)
@@ -94,14 +57,14 @@ func (c *conn) getOperation(ctx context.Context, tenantID, id, lock string) (*st
 }
 
 func (c *conn) ListOperations(ctx context.Context, f store.OperationFilter) (store.Page[*store.Operation], error) {
-	q := pageQuery{what: "list operations", cols: opCols, table: "operations", newest: true, PageRequest: f.PageRequest}
+	q := pageQuery{what: "list operations", cols: storecodec.OperationColumns, table: "operations", newest: true, PageRequest: f.PageRequest}
 	if f.TenantID != "" {
 		q.filter("tenant_id = " + q.arg(f.TenantID))
 	}
 	if f.Target != "" {
 		q.filter("target = " + q.arg(f.Target))
 	}
-	return listPage(ctx, c.bind(ctx), q, scanOp, func(op *store.Operation) (time.Time, string) { return op.CreatedAt, op.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanOperation, func(op *store.Operation) (time.Time, string) { return op.CreatedAt, op.ID })
 }
 
 // TransitionOperation locks the row, compares the state, applies mutate and
@@ -134,7 +97,7 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 			d := op.UpdatedAt
 			op.DoneAt = &d
 		}
-		normOp(op)
+		storecodec.NormOperation(op)
 		_, err = tc.q.Exec(ctx, `UPDATE operations SET type = $1, target = $2, state = $3, progress = $4, error = $5,
 			result = $6, params = $7, updated_at = $8, done_at = $9 WHERE id = $10`,
 			string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error), storecodec.RawText(op.Result),
@@ -149,6 +112,6 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 }
 
 func (c *conn) ListUnfinishedOperations(ctx context.Context) ([]*store.Operation, error) {
-	return collect(ctx, c.bind(ctx), "list unfinished operations", scanOp,
-		`SELECT `+opCols+` FROM operations WHERE state IN ('pending', 'running') ORDER BY created_at, id`)
+	return collect(ctx, c.bind(ctx), "list unfinished operations", storecodec.ScanOperation,
+		`SELECT `+storecodec.OperationColumns+` FROM operations WHERE state IN ('pending', 'running') ORDER BY created_at, id`)
 }

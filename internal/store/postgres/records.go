@@ -12,18 +12,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const idemCols = `tenant_id, key, request_hash, status, body, created_at`
-
-func scanIdem(row storecodec.Row) (*store.IdempotencyRecord, error) {
-	var r store.IdempotencyRecord
-	var created int64
-	if err := row.Scan(&r.TenantID, &r.Key, &r.RequestHash, &r.Status, &r.Body, &created); err != nil {
-		return nil, err
-	}
-	r.CreatedAt = storecodec.FromNanos(created)
-	return &r, nil
-}
-
 // PutIdempotencyRecord inserts rec unless its key exists. A concurrent
 // insert of the same key waits for the first to commit and then does
 // nothing, so exactly one caller inserts.
@@ -38,7 +26,7 @@ func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyR
 	var stored *store.IdempotencyRecord
 	var inserted bool
 	err := c.step(ctx, func(tc *conn) error {
-		tag, err := tc.q.Exec(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES ($1, $2, $3, $4, $5, $6)
+		tag, err := tc.q.Exec(ctx, `INSERT INTO idempotency (`+storecodec.IdempotencyColumns+`) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (tenant_id, key) DO NOTHING`,
 			rec.TenantID, rec.Key, rec.RequestHash, rec.Status, rec.Body, storecodec.Nanos(rec.CreatedAt))
 		if err != nil {
@@ -56,7 +44,7 @@ func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyR
 
 func (c *conn) GetIdempotencyRecord(ctx context.Context, tenantID, key string) (*store.IdempotencyRecord, error) {
 	c = c.bind(ctx)
-	r, err := scanIdem(c.q.QueryRow(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant_id = $1 AND key = $2`, tenantID, key))
+	r, err := storecodec.ScanIdempotencyRecord(c.q.QueryRow(ctx, `SELECT `+storecodec.IdempotencyColumns+` FROM idempotency WHERE tenant_id = $1 AND key = $2`, tenantID, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "idempotency key not found")
 	}
@@ -88,20 +76,6 @@ func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (i
 	return int(n), err
 }
 
-const tplCols = `id, name, digest, state, size_bytes, defaults, created_at, tenant_id`
-
-func scanTpl(row storecodec.Row) (*store.Template, error) {
-	var t store.Template
-	var defaults *string
-	var created int64
-	if err := row.Scan(&t.ID, &t.Name, &t.Digest, &t.State, &t.SizeBytes, &defaults, &created, &t.TenantID); err != nil {
-		return nil, err
-	}
-	t.Defaults = storecodec.RawFrom(defaults)
-	t.CreatedAt = storecodec.FromNanos(created)
-	return &t, nil
-}
-
 // UpsertTemplate inserts or replaces t by ID, filling ID and CreatedAt when empty.
 func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 	if t.Name == "" || t.State == "" {
@@ -117,7 +91,7 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 	if len(t.Defaults) == 0 {
 		t.Defaults = nil
 	}
-	_, err := c.exec(ctx, "upsert template", `INSERT INTO templates (`+tplCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	_, err := c.exec(ctx, "upsert template", `INSERT INTO templates (`+storecodec.TemplateColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, digest = excluded.digest, state = excluded.state,
 		size_bytes = excluded.size_bytes, defaults = excluded.defaults, created_at = excluded.created_at,
 		tenant_id = excluded.tenant_id`,
@@ -127,7 +101,7 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 
 func (c *conn) GetTemplate(ctx context.Context, id string) (*store.Template, error) {
 	c = c.bind(ctx)
-	t, err := scanTpl(c.q.QueryRow(ctx, `SELECT `+tplCols+` FROM templates WHERE id = $1`, id))
+	t, err := storecodec.ScanTemplate(c.q.QueryRow(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("template", id)
 	}
@@ -141,12 +115,12 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 	c = c.bind(ctx)
 	var row pgx.Row
 	if digest != "" {
-		row = c.q.QueryRow(ctx, `SELECT `+tplCols+` FROM templates WHERE name = $1 AND digest = $2`, name, digest)
+		row = c.q.QueryRow(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE name = $1 AND digest = $2`, name, digest)
 	} else {
-		row = c.q.QueryRow(ctx, `SELECT `+tplCols+` FROM templates WHERE name = $1 AND state = $2
+		row = c.q.QueryRow(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE name = $1 AND state = $2
 			ORDER BY created_at DESC, id DESC LIMIT 1`, name, string(store.TemplateReady))
 	}
-	t, err := scanTpl(row)
+	t, err := storecodec.ScanTemplate(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("template", name)
 	}
@@ -157,7 +131,7 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 }
 
 func (c *conn) ListTemplates(ctx context.Context) ([]*store.Template, error) {
-	return collect(ctx, c.bind(ctx), "list templates", scanTpl, `SELECT `+tplCols+` FROM templates ORDER BY name, created_at, id`)
+	return collect(ctx, c.bind(ctx), "list templates", storecodec.ScanTemplate, `SELECT `+storecodec.TemplateColumns+` FROM templates ORDER BY name, created_at, id`)
 }
 
 func (c *conn) DeleteTemplate(ctx context.Context, id string) error {

@@ -15,53 +15,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const sandboxCols = `id, tenant_id, template, template_digest, state, vcpus, memory_mib, disk_mib, env, metadata::text,
-	network, worker, timeout_seconds, idle_timeout_seconds, created_at, updated_at, expires_at, last_activity_at, last_error`
-
-func scanSandbox(row storecodec.Row) (*store.Sandbox, error) {
-	var sb store.Sandbox
-	var env, md string
-	var network, lastErr *string
-	var created, updated, activity int64
-	var expires *int64
-	if err := row.Scan(&sb.ID, &sb.TenantID, &sb.Template, &sb.TemplateDigest, &sb.State, &sb.VCPUs, &sb.MemoryMiB,
-		&sb.DiskMiB, &env, &md, &network, &sb.Worker, &sb.TimeoutSeconds, &sb.IdleTimeoutSeconds,
-		&created, &updated, &expires, &activity, &lastErr); err != nil {
-		return nil, err
-	}
-	var err error
-	if sb.Env, err = storecodec.MapFrom(env); err != nil {
-		return nil, err
-	}
-	if sb.Metadata, err = storecodec.MapFrom(md); err != nil {
-		return nil, err
-	}
-	if sb.LastError, err = storecodec.JSONFrom[store.ErrorInfo](lastErr); err != nil {
-		return nil, err
-	}
-	sb.Network = storecodec.RawFrom(network)
-	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = storecodec.FromNanos(created), storecodec.FromNanos(updated), storecodec.FromNanos(activity)
-	sb.ExpiresAt = storecodec.TimePtr(expires)
-	return &sb, nil
-}
-
-func sandboxArgs(sb *store.Sandbox) []any {
-	return []any{sb.ID, sb.TenantID, sb.Template, sb.TemplateDigest, string(sb.State), sb.VCPUs, sb.MemoryMiB,
-		sb.DiskMiB, storecodec.MapText(sb.Env), storecodec.MapText(sb.Metadata), storecodec.RawText(sb.Network), sb.Worker, sb.TimeoutSeconds,
-		sb.IdleTimeoutSeconds, storecodec.Nanos(sb.CreatedAt), storecodec.Nanos(sb.UpdatedAt), storecodec.NullNanos(sb.ExpiresAt),
-		storecodec.Nanos(sb.LastActivityAt), storecodec.JSONText(sb.LastError)}
-}
-
-// normSandbox makes sb what a read of it returns.
-func normSandbox(sb *store.Sandbox) {
-	sb.Env, sb.Metadata = storecodec.NormMap(sb.Env), storecodec.NormMap(sb.Metadata)
-	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = storecodec.Norm(sb.CreatedAt), storecodec.Norm(sb.UpdatedAt), storecodec.Norm(sb.LastActivityAt)
-	sb.ExpiresAt = storecodec.NormPtr(sb.ExpiresAt)
-	if len(sb.Network) == 0 {
-		sb.Network = nil
-	}
-}
-
 // CreateSandbox inserts sb after checking the tenant's quota, in one
 // transaction. It fills ID, CreatedAt, UpdatedAt and LastActivityAt when empty.
 func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
@@ -79,25 +32,21 @@ func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	if sb.LastActivityAt.IsZero() {
 		sb.LastActivityAt = sb.CreatedAt
 	}
-	normSandbox(sb)
+	storecodec.NormSandbox(sb)
 	return c.atomic(ctx, func(tc *conn) error {
 		if sb.State.Live() {
 			if err := tc.CheckQuota(ctx, sb.TenantID, store.Usage{Sandboxes: 1, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB}); err != nil {
 				return err
 			}
 		}
-		_, err := tc.q.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColsPlain+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19)`, sandboxArgs(sb)...)
+		_, err := tc.q.Exec(ctx, `INSERT INTO sandboxes (`+storecodec.SandboxColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19)`, storecodec.SandboxArgs(sb)...)
 		if err != nil {
 			return dbErr("create sandbox", err)
 		}
 		return nil
 	})
 }
-
-// sandboxColsPlain is sandboxCols as insert targets.
-const sandboxColsPlain = `id, tenant_id, template, template_digest, state, vcpus, memory_mib, disk_mib, env, metadata,
-	network, worker, timeout_seconds, idle_timeout_seconds, created_at, updated_at, expires_at, last_activity_at, last_error`
 
 // CheckQuota fails with ErrResourceExhausted when extra does not fit the
 // tenant's quota next to what it holds. Inside a transaction it locks the
@@ -157,7 +106,7 @@ func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sand
 
 func (c *conn) getSandbox(ctx context.Context, tenantID, id, lock string) (*store.Sandbox, error) {
 	c = c.bind(ctx)
-	sb, err := scanSandbox(c.q.QueryRow(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+	sb, err := storecodec.ScanSandbox(c.q.QueryRow(ctx, `SELECT `+storecodec.SandboxColumns+` FROM sandboxes
 		WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock, id, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("sandbox", id)
@@ -169,7 +118,7 @@ func (c *conn) getSandbox(ctx context.Context, tenantID, id, lock string) (*stor
 }
 
 func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error) {
-	q := pageQuery{what: "list sandboxes", cols: sandboxCols, table: "sandboxes", PageRequest: f.PageRequest}
+	q := pageQuery{what: "list sandboxes", cols: storecodec.SandboxColumns, table: "sandboxes", PageRequest: f.PageRequest}
 	if f.TenantID != "" {
 		q.filter("tenant_id = " + q.arg(f.TenantID))
 	}
@@ -191,7 +140,7 @@ func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.
 		}
 		q.filter("metadata @> " + q.arg(string(b)) + "::jsonb")
 	}
-	return listPage(ctx, c.bind(ctx), q, scanSandbox, func(sb *store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanSandbox, func(sb *store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
 }
 
 func stateArgs(states []store.SandboxState) []string {
@@ -226,8 +175,8 @@ func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from 
 			sb.State = to
 		}
 		sb.UpdatedAt = storecodec.Now()
-		normSandbox(sb)
-		a := sandboxArgs(sb)[2:] // everything after id, tenant_id
+		storecodec.NormSandbox(sb)
+		a := storecodec.SandboxArgs(sb)[2:] // everything after id, tenant_id
 		a = append(a, sb.ID)
 		_, err = tc.q.Exec(ctx, `UPDATE sandboxes SET template = $1, template_digest = $2, state = $3, vcpus = $4,
 			memory_mib = $5, disk_mib = $6, env = $7, metadata = $8::jsonb, network = $9, worker = $10, timeout_seconds = $11,

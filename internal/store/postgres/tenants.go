@@ -11,18 +11,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const tenantCols = `id, name, max_sandboxes, max_vcpus, max_memory_mib, created_at`
-
-func scanTenant(row storecodec.Row) (*store.Tenant, error) {
-	var t store.Tenant
-	var created int64
-	if err := row.Scan(&t.ID, &t.Name, &t.Quota.MaxSandboxes, &t.Quota.MaxVCPUs, &t.Quota.MaxMemoryMiB, &created); err != nil {
-		return nil, err
-	}
-	t.CreatedAt = storecodec.FromNanos(created)
-	return &t, nil
-}
-
 // CreateTenant inserts t, filling ID and CreatedAt when empty.
 func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 	if t.Name == "" {
@@ -35,7 +23,7 @@ func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 		t.CreatedAt = storecodec.Now()
 	}
 	t.CreatedAt = storecodec.Norm(t.CreatedAt)
-	_, err := c.exec(ctx, "create tenant", `INSERT INTO tenants (`+tenantCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
+	_, err := c.exec(ctx, "create tenant", `INSERT INTO tenants (`+storecodec.TenantColumns+`) VALUES ($1, $2, $3, $4, $5, $6)`,
 		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, storecodec.Nanos(t.CreatedAt))
 	return err
 }
@@ -47,7 +35,7 @@ func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) 
 // getTenant reads a tenant; lock (e.g. " FOR NO KEY UPDATE") is appended to the query.
 func (c *conn) getTenant(ctx context.Context, id, lock string) (*store.Tenant, error) {
 	c = c.bind(ctx)
-	t, err := scanTenant(c.q.QueryRow(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`+lock, id))
+	t, err := storecodec.ScanTenant(c.q.QueryRow(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE id = $1`+lock, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("tenant", id)
 	}
@@ -59,7 +47,7 @@ func (c *conn) getTenant(ctx context.Context, id, lock string) (*store.Tenant, e
 
 func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant, error) {
 	c = c.bind(ctx)
-	t, err := scanTenant(c.q.QueryRow(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = $1`, name))
+	t, err := storecodec.ScanTenant(c.q.QueryRow(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, notFound("tenant", name)
 	}
@@ -70,7 +58,7 @@ func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant,
 }
 
 func (c *conn) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
-	return collect(ctx, c.bind(ctx), "list tenants", scanTenant, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, id`)
+	return collect(ctx, c.bind(ctx), "list tenants", storecodec.ScanTenant, `SELECT `+storecodec.TenantColumns+` FROM tenants ORDER BY created_at, id`)
 }
 
 func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) error {
@@ -83,20 +71,6 @@ func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) err
 		return notFound("tenant", id)
 	}
 	return nil
-}
-
-const keyCols = `id, tenant_id, prefix, hash, admin, created_at, revoked_at`
-
-func scanKey(row storecodec.Row) (*store.APIKey, error) {
-	var k store.APIKey
-	var created int64
-	var revoked *int64
-	if err := row.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked); err != nil {
-		return nil, err
-	}
-	k.CreatedAt = storecodec.FromNanos(created)
-	k.RevokedAt = storecodec.TimePtr(revoked)
-	return &k, nil
 }
 
 // CreateAPIKey inserts k, filling ID and CreatedAt when empty.
@@ -112,14 +86,14 @@ func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 	}
 	k.CreatedAt = storecodec.Norm(k.CreatedAt)
 	k.RevokedAt = storecodec.NormPtr(k.RevokedAt)
-	_, err := c.exec(ctx, "create api key", `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+	_, err := c.exec(ctx, "create api key", `INSERT INTO api_keys (`+storecodec.APIKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, storecodec.Nanos(k.CreatedAt), storecodec.NullNanos(k.RevokedAt))
 	return err
 }
 
 func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey, error) {
 	c = c.bind(ctx)
-	k, err := scanKey(c.q.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = $1`, hash))
+	k, err := storecodec.ScanAPIKey(c.q.QueryRow(ctx, `SELECT `+storecodec.APIKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "API key not found")
 	}
@@ -142,6 +116,6 @@ func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
 }
 
 func (c *conn) ListAPIKeys(ctx context.Context, tenantID string) ([]*store.APIKey, error) {
-	return collect(ctx, c.bind(ctx), "list api keys", scanKey,
-		`SELECT `+keyCols+` FROM api_keys WHERE ($1 = '' OR tenant_id = $1) ORDER BY created_at, id`, tenantID)
+	return collect(ctx, c.bind(ctx), "list api keys", storecodec.ScanAPIKey,
+		`SELECT `+storecodec.APIKeyColumns+` FROM api_keys WHERE ($1 = '' OR tenant_id = $1) ORDER BY created_at, id`, tenantID)
 }

@@ -13,25 +13,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const checkpointCols = `id, tenant_id, sandbox_id, name, parent, state, template, template_digest, vcpus, memory_mib,
-	disk_mib, worker, size_bytes, created_at`
-
-func scanCheckpoint(row storecodec.Row) (*store.Checkpoint, error) {
-	var c store.Checkpoint
-	var created int64
-	if err := row.Scan(&c.ID, &c.TenantID, &c.SandboxID, &c.Name, &c.Parent, &c.State, &c.Template, &c.TemplateDigest,
-		&c.VCPUs, &c.MemoryMiB, &c.DiskMiB, &c.Worker, &c.SizeBytes, &created); err != nil {
-		return nil, err
-	}
-	c.CreatedAt = storecodec.FromNanos(created)
-	return &c, nil
-}
-
-func checkpointArgs(c *store.Checkpoint) []any {
-	return []any{c.ID, c.TenantID, c.SandboxID, c.Name, c.Parent, string(c.State), c.Template, c.TemplateDigest,
-		c.VCPUs, c.MemoryMiB, c.DiskMiB, c.Worker, c.SizeBytes, storecodec.Nanos(c.CreatedAt)}
-}
-
 // CreateCheckpoint inserts c, filling ID and CreatedAt when empty.
 func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
 	c = c.bind(ctx)
@@ -45,8 +26,8 @@ func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error
 		ck.CreatedAt = storecodec.Now()
 	}
 	ck.CreatedAt = storecodec.Norm(ck.CreatedAt)
-	_, err := c.wr.ExecContext(ctx, `INSERT INTO checkpoints (`+checkpointCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, checkpointArgs(ck)...)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO checkpoints (`+storecodec.CheckpointColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, storecodec.CheckpointArgs(ck)...)
 	if err != nil {
 		return dbErr("create checkpoint", err)
 	}
@@ -55,7 +36,7 @@ func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error
 
 func (c *conn) GetCheckpoint(ctx context.Context, tenantID, id string) (*store.Checkpoint, error) {
 	c = c.bind(ctx)
-	ck, err := scanCheckpoint(c.rd.QueryRowContext(ctx, `SELECT `+checkpointCols+` FROM checkpoints
+	ck, err := storecodec.ScanCheckpoint(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.CheckpointColumns+` FROM checkpoints
 		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("checkpoint", id)
@@ -67,14 +48,14 @@ func (c *conn) GetCheckpoint(ctx context.Context, tenantID, id string) (*store.C
 }
 
 func (c *conn) ListCheckpoints(ctx context.Context, f store.CheckpointFilter) (store.Page[*store.Checkpoint], error) {
-	q := pageQuery{what: "list checkpoints", cols: checkpointCols, table: "checkpoints", PageRequest: f.PageRequest}
+	q := pageQuery{what: "list checkpoints", cols: storecodec.CheckpointColumns, table: "checkpoints", PageRequest: f.PageRequest}
 	if f.TenantID != "" {
 		q.filter("tenant_id = ?", f.TenantID)
 	}
 	if f.SandboxID != "" {
 		q.filter("sandbox_id = ?", f.SandboxID)
 	}
-	return listPage(ctx, c.bind(ctx), q, scanCheckpoint, func(ck *store.Checkpoint) (time.Time, string) { return ck.CreatedAt, ck.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanCheckpoint, func(ck *store.Checkpoint) (time.Time, string) { return ck.CreatedAt, ck.ID })
 }
 
 // UpdateCheckpoint compares the state, applies mutate and writes, in one
@@ -98,7 +79,7 @@ func (c *conn) UpdateCheckpoint(ctx context.Context, id string, from []store.Che
 			}
 		}
 		ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
-		args := checkpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
+		args := storecodec.CheckpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
 		args = append(args[:len(args)-1], ck.ID)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE checkpoints SET name = ?, parent = ?, state = ?, template = ?,
 			template_digest = ?, vcpus = ?, memory_mib = ?, disk_mib = ?, worker = ?, size_bytes = ? WHERE id = ?`, args...)

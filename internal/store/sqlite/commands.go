@@ -12,33 +12,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const cmdCols = `id, tenant_id, sandbox_id, process_id, spec, state, pid, exit, created_at, started_at`
-
-func scanCmd(row storecodec.Row) (*store.Command, error) {
-	var cmd store.Command
-	var spec string
-	var exit *string
-	var created int64
-	var started *int64
-	if err := row.Scan(&cmd.ID, &cmd.TenantID, &cmd.SandboxID, &cmd.ProcessID, &spec, &cmd.State, &cmd.PID, &exit, &created, &started); err != nil {
-		return nil, err
-	}
-	cmd.Spec = storecodec.RawFrom(&spec)
-	cmd.Exit = storecodec.RawFrom(exit)
-	cmd.CreatedAt, cmd.StartedAt = storecodec.FromNanos(created), storecodec.TimePtr(started)
-	return &cmd, nil
-}
-
-func normCmd(cmd *store.Command) {
-	cmd.CreatedAt, cmd.StartedAt = storecodec.Norm(cmd.CreatedAt), storecodec.NormPtr(cmd.StartedAt)
-	if len(cmd.Spec) == 0 {
-		cmd.Spec = nil
-	}
-	if len(cmd.Exit) == 0 {
-		cmd.Exit = nil
-	}
-}
-
 // CreateCommand inserts cmd, filling ID, ProcessID (= ID), State (created)
 // and CreatedAt when empty. The sandbox must exist (ErrNotFound).
 func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
@@ -58,13 +31,13 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 	if cmd.CreatedAt.IsZero() {
 		cmd.CreatedAt = storecodec.Now()
 	}
-	normCmd(cmd)
+	storecodec.NormCommand(cmd)
 	return c.atomic(ctx, func(tc *conn) error {
 		// Tenant scoping: a command can only go into the tenant's own sandbox.
 		if _, err := tc.GetSandbox(ctx, cmd.TenantID, cmd.SandboxID); err != nil {
 			return err
 		}
-		_, err := tc.wr.ExecContext(ctx, `INSERT INTO commands (`+cmdCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err := tc.wr.ExecContext(ctx, `INSERT INTO commands (`+storecodec.CommandColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit),
 			storecodec.Nanos(cmd.CreatedAt), storecodec.NullNanos(cmd.StartedAt))
 		if err != nil {
@@ -76,7 +49,7 @@ func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 
 func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (*store.Command, error) {
 	c = c.bind(ctx)
-	cmd, err := scanCmd(c.rd.QueryRowContext(ctx, `SELECT `+cmdCols+` FROM commands
+	cmd, err := storecodec.ScanCommand(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.CommandColumns+` FROM commands
 		WHERE id = ? AND (? = '' OR tenant_id = ?) AND (? = '' OR sandbox_id = ?)`, id, tenantID, tenantID, sandboxID, sandboxID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("command", id)
@@ -88,9 +61,9 @@ func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (
 }
 
 func (c *conn) ListCommands(ctx context.Context, f store.CommandFilter) (store.Page[*store.Command], error) {
-	q := pageQuery{what: "list commands", cols: cmdCols, table: "commands", PageRequest: f.PageRequest}
+	q := pageQuery{what: "list commands", cols: storecodec.CommandColumns, table: "commands", PageRequest: f.PageRequest}
 	q.filter("sandbox_id = ? AND (? = '' OR tenant_id = ?)", f.SandboxID, f.TenantID, f.TenantID)
-	return listPage(ctx, c.bind(ctx), q, scanCmd, func(cmd *store.Command) (time.Time, string) { return cmd.CreatedAt, cmd.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanCommand, func(cmd *store.Command) (time.Time, string) { return cmd.CreatedAt, cmd.ID })
 }
 
 func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.CommandState, mutate func(*store.Command) error) (*store.Command, error) {
@@ -111,7 +84,7 @@ func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.Comman
 			}
 		}
 		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepProcess, keepCreated
-		normCmd(cmd)
+		storecodec.NormCommand(cmd)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE commands SET spec = ?, state = ?, pid = ?, exit = ?, started_at = ? WHERE id = ?`,
 			string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit), storecodec.NullNanos(cmd.StartedAt), cmd.ID)
 		if err != nil {

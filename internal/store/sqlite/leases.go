@@ -105,7 +105,7 @@ func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl tim
 	err := c.atomic(ctx, func(tc *conn) error {
 		t := storecodec.Now()
 		var err error
-		out, err = collect(ctx, tc.wr, "claim expired operations", scanOp, `SELECT `+opCols+` FROM operations
+		out, err = collect(ctx, tc.wr, "claim expired operations", storecodec.ScanOperation, `SELECT `+storecodec.OperationColumns+` FROM operations
 			WHERE state IN ('pending', 'running') AND (lease_owner = '' OR lease_expires_at < ?)
 			ORDER BY created_at, id LIMIT ?`, storecodec.Nanos(t), limit)
 		if err != nil {

@@ -12,44 +12,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const opCols = `id, tenant_id, type, target, state, progress, error, result, params, created_at, updated_at, done_at,
-	lease_owner, lease_expires_at`
-
-func scanOp(row storecodec.Row) (*store.Operation, error) {
-	var op store.Operation
-	var progress, errInfo, result, params *string
-	var created, updated int64
-	var done *int64
-	var leaseExpires int64
-	if err := row.Scan(&op.ID, &op.TenantID, &op.Type, &op.Target, &op.State, &progress, &errInfo, &result, &params,
-		&created, &updated, &done, &op.LeaseOwner, &leaseExpires); err != nil {
-		return nil, err
-	}
-	var err error
-	if op.Progress, err = storecodec.JSONFrom[store.Progress](progress); err != nil {
-		return nil, err
-	}
-	if op.Error, err = storecodec.JSONFrom[store.ErrorInfo](errInfo); err != nil {
-		return nil, err
-	}
-	op.Result, op.Params = storecodec.RawFrom(result), storecodec.RawFrom(params)
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.FromNanos(created), storecodec.FromNanos(updated), storecodec.TimePtr(done)
-	if leaseExpires != 0 {
-		op.LeaseExpiresAt = storecodec.FromNanos(leaseExpires)
-	}
-	return &op, nil
-}
-
-func normOp(op *store.Operation) {
-	op.CreatedAt, op.UpdatedAt, op.DoneAt = storecodec.Norm(op.CreatedAt), storecodec.Norm(op.UpdatedAt), storecodec.NormPtr(op.DoneAt)
-	if len(op.Result) == 0 {
-		op.Result = nil
-	}
-	if len(op.Params) == 0 {
-		op.Params = nil
-	}
-}
-
 // CreateOperation inserts op, filling ID, State (pending), CreatedAt and
 // UpdatedAt when empty.
 func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
@@ -69,8 +31,8 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 	}
 	op.UpdatedAt = t
 	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{} // only ClaimOperation takes a lease
-	normOp(op)
-	_, err := c.wr.ExecContext(ctx, `INSERT INTO operations (`+opCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0)`,
+	storecodec.NormOperation(op)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO operations (`+storecodec.OperationColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0)`,
 		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error),
 		storecodec.RawText(op.Result), storecodec.RawText(op.Params), storecodec.Nanos(op.CreatedAt), storecodec.Nanos(op.UpdatedAt), storecodec.NullNanos(op.DoneAt))
 	if err != nil {
@@ -81,7 +43,7 @@ func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 
 func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Operation, error) {
 	c = c.bind(ctx)
-	op, err := scanOp(c.rd.QueryRowContext(ctx, `SELECT `+opCols+` FROM operations WHERE id = ? AND (? = '' OR tenant_id = ?)`,
+	op, err := storecodec.ScanOperation(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.OperationColumns+` FROM operations WHERE id = ? AND (? = '' OR tenant_id = ?)`,
 		id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("operation", id)
@@ -93,14 +55,14 @@ func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Op
 }
 
 func (c *conn) ListOperations(ctx context.Context, f store.OperationFilter) (store.Page[*store.Operation], error) {
-	q := pageQuery{what: "list operations", cols: opCols, table: "operations", newest: true, PageRequest: f.PageRequest}
+	q := pageQuery{what: "list operations", cols: storecodec.OperationColumns, table: "operations", newest: true, PageRequest: f.PageRequest}
 	if f.TenantID != "" {
 		q.filter("tenant_id = ?", f.TenantID)
 	}
 	if f.Target != "" {
 		q.filter("target = ?", f.Target)
 	}
-	return listPage(ctx, c.bind(ctx), q, scanOp, func(op *store.Operation) (time.Time, string) { return op.CreatedAt, op.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanOperation, func(op *store.Operation) (time.Time, string) { return op.CreatedAt, op.ID })
 }
 
 func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.OperationState, to store.OperationState,
@@ -132,7 +94,7 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 			d := op.UpdatedAt
 			op.DoneAt = &d
 		}
-		normOp(op)
+		storecodec.NormOperation(op)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE operations SET type = ?, target = ?, state = ?, progress = ?, error = ?,
 			result = ?, params = ?, updated_at = ?, done_at = ? WHERE id = ?`,
 			string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error), storecodec.RawText(op.Result),
@@ -147,6 +109,6 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 }
 
 func (c *conn) ListUnfinishedOperations(ctx context.Context) ([]*store.Operation, error) {
-	return collect(ctx, c.bind(ctx).rd, "list unfinished operations", scanOp, `SELECT `+opCols+` FROM operations WHERE state IN ('pending', 'running')
+	return collect(ctx, c.bind(ctx).rd, "list unfinished operations", storecodec.ScanOperation, `SELECT `+storecodec.OperationColumns+` FROM operations WHERE state IN ('pending', 'running')
 		ORDER BY created_at, id`)
 }

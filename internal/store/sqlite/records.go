@@ -11,18 +11,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const idemCols = `tenant_id, key, request_hash, status, body, created_at`
-
-func scanIdem(row storecodec.Row) (*store.IdempotencyRecord, error) {
-	var r store.IdempotencyRecord
-	var created int64
-	if err := row.Scan(&r.TenantID, &r.Key, &r.RequestHash, &r.Status, &r.Body, &created); err != nil {
-		return nil, err
-	}
-	r.CreatedAt = storecodec.FromNanos(created)
-	return &r, nil
-}
-
 func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyRecord) (*store.IdempotencyRecord, bool, error) {
 	c = c.bind(ctx)
 	if rec.Key == "" {
@@ -35,7 +23,7 @@ func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyR
 	var stored *store.IdempotencyRecord
 	var inserted bool
 	err := c.atomic(ctx, func(tc *conn) error {
-		res, err := tc.wr.ExecContext(ctx, `INSERT INTO idempotency (`+idemCols+`) VALUES (?, ?, ?, ?, ?, ?)
+		res, err := tc.wr.ExecContext(ctx, `INSERT INTO idempotency (`+storecodec.IdempotencyColumns+`) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, key) DO NOTHING`,
 			rec.TenantID, rec.Key, rec.RequestHash, rec.Status, rec.Body, storecodec.Nanos(rec.CreatedAt))
 		if err != nil {
@@ -54,7 +42,7 @@ func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyR
 
 func (c *conn) GetIdempotencyRecord(ctx context.Context, tenantID, key string) (*store.IdempotencyRecord, error) {
 	c = c.bind(ctx)
-	r, err := scanIdem(c.rd.QueryRowContext(ctx, `SELECT `+idemCols+` FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key))
+	r, err := storecodec.ScanIdempotencyRecord(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.IdempotencyColumns+` FROM idempotency WHERE tenant_id = ? AND key = ?`, tenantID, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "idempotency key not found")
 	}
@@ -95,20 +83,6 @@ func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (i
 	return int(n), nil
 }
 
-const tplCols = `id, name, digest, state, size_bytes, defaults, created_at, tenant_id`
-
-func scanTpl(row storecodec.Row) (*store.Template, error) {
-	var t store.Template
-	var defaults *string
-	var created int64
-	if err := row.Scan(&t.ID, &t.Name, &t.Digest, &t.State, &t.SizeBytes, &defaults, &created, &t.TenantID); err != nil {
-		return nil, err
-	}
-	t.Defaults = storecodec.RawFrom(defaults)
-	t.CreatedAt = storecodec.FromNanos(created)
-	return &t, nil
-}
-
 // UpsertTemplate inserts or replaces t by ID, filling ID and CreatedAt when empty.
 func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 	c = c.bind(ctx)
@@ -125,7 +99,7 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 	if len(t.Defaults) == 0 {
 		t.Defaults = nil
 	}
-	_, err := c.wr.ExecContext(ctx, `INSERT INTO templates (`+tplCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO templates (`+storecodec.TemplateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, digest = excluded.digest, state = excluded.state,
 		size_bytes = excluded.size_bytes, defaults = excluded.defaults, created_at = excluded.created_at,
 		tenant_id = excluded.tenant_id`,
@@ -138,7 +112,7 @@ func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 
 func (c *conn) GetTemplate(ctx context.Context, id string) (*store.Template, error) {
 	c = c.bind(ctx)
-	t, err := scanTpl(c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE id = ?`, id))
+	t, err := storecodec.ScanTemplate(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("template", id)
 	}
@@ -152,12 +126,12 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 	c = c.bind(ctx)
 	var row *sql.Row
 	if digest != "" {
-		row = c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE name = ? AND digest = ?`, name, digest)
+		row = c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE name = ? AND digest = ?`, name, digest)
 	} else {
-		row = c.rd.QueryRowContext(ctx, `SELECT `+tplCols+` FROM templates WHERE name = ? AND state = ?
+		row = c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE name = ? AND state = ?
 			ORDER BY created_at DESC, id DESC LIMIT 1`, name, string(store.TemplateReady))
 	}
-	t, err := scanTpl(row)
+	t, err := storecodec.ScanTemplate(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("template", name)
 	}
@@ -168,7 +142,7 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 }
 
 func (c *conn) ListTemplates(ctx context.Context) ([]*store.Template, error) {
-	return collect(ctx, c.bind(ctx).rd, "list templates", scanTpl, `SELECT `+tplCols+` FROM templates ORDER BY name, created_at, id`)
+	return collect(ctx, c.bind(ctx).rd, "list templates", storecodec.ScanTemplate, `SELECT `+storecodec.TemplateColumns+` FROM templates ORDER BY name, created_at, id`)
 }
 
 func (c *conn) DeleteTemplate(ctx context.Context, id string) error {

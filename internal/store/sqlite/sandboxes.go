@@ -14,53 +14,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const sandboxCols = `id, tenant_id, template, template_digest, state, vcpus, memory_mib, disk_mib, env, metadata,
-	network, worker, timeout_seconds, idle_timeout_seconds, created_at, updated_at, expires_at, last_activity_at, last_error`
-
-func scanSandbox(row storecodec.Row) (*store.Sandbox, error) {
-	var sb store.Sandbox
-	var env, md string
-	var network, lastErr *string
-	var created, updated, activity int64
-	var expires *int64
-	if err := row.Scan(&sb.ID, &sb.TenantID, &sb.Template, &sb.TemplateDigest, &sb.State, &sb.VCPUs, &sb.MemoryMiB,
-		&sb.DiskMiB, &env, &md, &network, &sb.Worker, &sb.TimeoutSeconds, &sb.IdleTimeoutSeconds,
-		&created, &updated, &expires, &activity, &lastErr); err != nil {
-		return nil, err
-	}
-	var err error
-	if sb.Env, err = storecodec.MapFrom(env); err != nil {
-		return nil, err
-	}
-	if sb.Metadata, err = storecodec.MapFrom(md); err != nil {
-		return nil, err
-	}
-	if sb.LastError, err = storecodec.JSONFrom[store.ErrorInfo](lastErr); err != nil {
-		return nil, err
-	}
-	sb.Network = storecodec.RawFrom(network)
-	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = storecodec.FromNanos(created), storecodec.FromNanos(updated), storecodec.FromNanos(activity)
-	sb.ExpiresAt = storecodec.TimePtr(expires)
-	return &sb, nil
-}
-
-func sandboxArgs(sb *store.Sandbox) []any {
-	return []any{sb.ID, sb.TenantID, sb.Template, sb.TemplateDigest, string(sb.State), sb.VCPUs, sb.MemoryMiB,
-		sb.DiskMiB, storecodec.MapText(sb.Env), storecodec.MapText(sb.Metadata), storecodec.RawText(sb.Network), sb.Worker, sb.TimeoutSeconds,
-		sb.IdleTimeoutSeconds, storecodec.Nanos(sb.CreatedAt), storecodec.Nanos(sb.UpdatedAt), storecodec.NullNanos(sb.ExpiresAt),
-		storecodec.Nanos(sb.LastActivityAt), storecodec.JSONText(sb.LastError)}
-}
-
-// normSandbox makes sb what a read of it returns.
-func normSandbox(sb *store.Sandbox) {
-	sb.Env, sb.Metadata = storecodec.NormMap(sb.Env), storecodec.NormMap(sb.Metadata)
-	sb.CreatedAt, sb.UpdatedAt, sb.LastActivityAt = storecodec.Norm(sb.CreatedAt), storecodec.Norm(sb.UpdatedAt), storecodec.Norm(sb.LastActivityAt)
-	sb.ExpiresAt = storecodec.NormPtr(sb.ExpiresAt)
-	if len(sb.Network) == 0 {
-		sb.Network = nil
-	}
-}
-
 // CreateSandbox inserts sb after checking the tenant's quota, in one
 // transaction. It fills ID, CreatedAt, UpdatedAt and LastActivityAt when empty.
 func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
@@ -79,15 +32,15 @@ func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	if sb.LastActivityAt.IsZero() {
 		sb.LastActivityAt = sb.CreatedAt
 	}
-	normSandbox(sb)
+	storecodec.NormSandbox(sb)
 	return c.atomic(ctx, func(tc *conn) error {
 		if sb.State.Live() {
 			if err := tc.CheckQuota(ctx, sb.TenantID, store.Usage{Sandboxes: 1, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB}); err != nil {
 				return err
 			}
 		}
-		_, err := tc.wr.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, sandboxArgs(sb)...)
+		_, err := tc.wr.ExecContext(ctx, `INSERT INTO sandboxes (`+storecodec.SandboxColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, storecodec.SandboxArgs(sb)...)
 		if err != nil {
 			return dbErr("create sandbox", err)
 		}
@@ -144,7 +97,7 @@ func (c *conn) SandboxUsage(ctx context.Context, tenantID string) (store.Usage, 
 
 func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sandbox, error) {
 	c = c.bind(ctx)
-	sb, err := scanSandbox(c.rd.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+	sb, err := storecodec.ScanSandbox(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.SandboxColumns+` FROM sandboxes
 		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("sandbox", id)
@@ -156,7 +109,7 @@ func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sand
 }
 
 func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error) {
-	q := pageQuery{what: "list sandboxes", cols: sandboxCols, table: "sandboxes", PageRequest: f.PageRequest}
+	q := pageQuery{what: "list sandboxes", cols: storecodec.SandboxColumns, table: "sandboxes", PageRequest: f.PageRequest}
 	if f.TenantID != "" {
 		q.filter("tenant_id = ?", f.TenantID)
 	}
@@ -178,7 +131,7 @@ func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.
 		q.filter("EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) WHERE json_each.key = ? AND json_each.value = ? AND json_each.type = 'text')",
 			k, f.Metadata[k])
 	}
-	return listPage(ctx, c.bind(ctx), q, scanSandbox, func(sb *store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
+	return listPage(ctx, c.bind(ctx), q, storecodec.ScanSandbox, func(sb *store.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
 }
 
 func stateArgs(states []store.SandboxState) []any {
@@ -214,8 +167,8 @@ func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from 
 			sb.State = to
 		}
 		sb.UpdatedAt = storecodec.Now()
-		normSandbox(sb)
-		args := sandboxArgs(sb)[2:] // everything after id, tenant_id
+		storecodec.NormSandbox(sb)
+		args := storecodec.SandboxArgs(sb)[2:] // everything after id, tenant_id
 		args = append(args, sb.ID)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE sandboxes SET template = ?, template_digest = ?, state = ?, vcpus = ?,
 			memory_mib = ?, disk_mib = ?, env = ?, metadata = ?, network = ?, worker = ?, timeout_seconds = ?,

@@ -10,18 +10,6 @@ import (
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
-const tenantCols = `id, name, max_sandboxes, max_vcpus, max_memory_mib, created_at`
-
-func scanTenant(row storecodec.Row) (*store.Tenant, error) {
-	var t store.Tenant
-	var created int64
-	if err := row.Scan(&t.ID, &t.Name, &t.Quota.MaxSandboxes, &t.Quota.MaxVCPUs, &t.Quota.MaxMemoryMiB, &created); err != nil {
-		return nil, err
-	}
-	t.CreatedAt = storecodec.FromNanos(created)
-	return &t, nil
-}
-
 // CreateTenant inserts t, filling ID and CreatedAt when empty.
 func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 	c = c.bind(ctx)
@@ -35,7 +23,7 @@ func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 		t.CreatedAt = storecodec.Now()
 	}
 	t.CreatedAt = storecodec.Norm(t.CreatedAt)
-	_, err := c.wr.ExecContext(ctx, `INSERT INTO tenants (`+tenantCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO tenants (`+storecodec.TenantColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
 		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, storecodec.Nanos(t.CreatedAt))
 	if err != nil {
 		return dbErr("create tenant", err)
@@ -45,7 +33,7 @@ func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 
 func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) {
 	c = c.bind(ctx)
-	t, err := scanTenant(c.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+	t, err := storecodec.ScanTenant(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("tenant", id)
 	}
@@ -57,7 +45,7 @@ func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) 
 
 func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant, error) {
 	c = c.bind(ctx)
-	t, err := scanTenant(c.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = ?`, name))
+	t, err := storecodec.ScanTenant(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("tenant", name)
 	}
@@ -68,7 +56,7 @@ func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant,
 }
 
 func (c *conn) ListTenants(ctx context.Context) ([]*store.Tenant, error) {
-	return collect(ctx, c.bind(ctx).rd, "list tenants", scanTenant, `SELECT `+tenantCols+` FROM tenants ORDER BY created_at, id`)
+	return collect(ctx, c.bind(ctx).rd, "list tenants", storecodec.ScanTenant, `SELECT `+storecodec.TenantColumns+` FROM tenants ORDER BY created_at, id`)
 }
 
 func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) error {
@@ -82,20 +70,6 @@ func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) err
 		return notFound("tenant", id)
 	}
 	return nil
-}
-
-const keyCols = `id, tenant_id, prefix, hash, admin, created_at, revoked_at`
-
-func scanKey(row storecodec.Row) (*store.APIKey, error) {
-	var k store.APIKey
-	var created int64
-	var revoked *int64
-	if err := row.Scan(&k.ID, &k.TenantID, &k.Prefix, &k.Hash, &k.Admin, &created, &revoked); err != nil {
-		return nil, err
-	}
-	k.CreatedAt = storecodec.FromNanos(created)
-	k.RevokedAt = storecodec.TimePtr(revoked)
-	return &k, nil
 }
 
 // CreateAPIKey inserts k, filling ID and CreatedAt when empty.
@@ -112,7 +86,7 @@ func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 	}
 	k.CreatedAt = storecodec.Norm(k.CreatedAt)
 	k.RevokedAt = storecodec.NormPtr(k.RevokedAt)
-	_, err := c.wr.ExecContext(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	_, err := c.wr.ExecContext(ctx, `INSERT INTO api_keys (`+storecodec.APIKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, storecodec.Nanos(k.CreatedAt), storecodec.NullNanos(k.RevokedAt))
 	if err != nil {
 		return dbErr("create api key", err)
@@ -122,7 +96,7 @@ func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 
 func (c *conn) GetAPIKeyByHash(ctx context.Context, hash string) (*store.APIKey, error) {
 	c = c.bind(ctx)
-	k, err := scanKey(c.rd.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
+	k, err := storecodec.ScanAPIKey(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.APIKeyColumns+` FROM api_keys WHERE hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "API key not found")
 	}
@@ -146,5 +120,5 @@ func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
 }
 
 func (c *conn) ListAPIKeys(ctx context.Context, tenantID string) ([]*store.APIKey, error) {
-	return collect(ctx, c.bind(ctx).rd, "list api keys", scanKey, `SELECT `+keyCols+` FROM api_keys WHERE (? = '' OR tenant_id = ?) ORDER BY created_at, id`, tenantID, tenantID)
+	return collect(ctx, c.bind(ctx).rd, "list api keys", storecodec.ScanAPIKey, `SELECT `+storecodec.APIKeyColumns+` FROM api_keys WHERE (? = '' OR tenant_id = ?) ORDER BY created_at, id`, tenantID, tenantID)
 }
