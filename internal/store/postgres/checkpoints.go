@@ -4,28 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
 
 // CreateCheckpoint inserts c, filling ID and CreatedAt when empty.
 func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
-	if ck.TenantID == "" || ck.SandboxID == "" || ck.State == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a checkpoint needs a tenant, a sandbox and a state")
+	if err := storecodec.PrepareCheckpoint(ck); err != nil {
+		return err
 	}
-	if ck.ID == "" {
-		ck.ID = store.NewID(store.PrefixCheckpoint)
-	}
-	if ck.CreatedAt.IsZero() {
-		ck.CreatedAt = storecodec.Now()
-	}
-	ck.CreatedAt = storecodec.Norm(ck.CreatedAt)
 	_, err := c.exec(ctx, "create checkpoint", `INSERT INTO checkpoints (`+storecodec.CheckpointColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`, storecodec.CheckpointArgs(ck)...)
 	return err
@@ -40,7 +31,7 @@ func (c *conn) getCheckpoint(ctx context.Context, tenantID, id, lock string) (*s
 	ck, err := storecodec.ScanCheckpoint(c.q.QueryRow(ctx, `SELECT `+storecodec.CheckpointColumns+` FROM checkpoints
 		WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock, id, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("checkpoint", id)
+		return nil, storecodec.NotFound("checkpoint", id)
 	}
 	if err != nil {
 		return nil, dbErr("get checkpoint", err)
@@ -69,16 +60,9 @@ func (c *conn) UpdateCheckpoint(ctx context.Context, id string, from []store.Che
 		if err != nil {
 			return err
 		}
-		if len(from) > 0 && !slices.Contains(from, ck.State) {
-			return stateConflict("checkpoint", id, string(ck.State))
+		if err := storecodec.ChangeCheckpoint(ck, from, mutate); err != nil {
+			return err
 		}
-		keepID, keepTenant, keepSandbox, keepCreated := ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt
-		if mutate != nil {
-			if err := mutate(ck); err != nil {
-				return err
-			}
-		}
-		ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
 		a := storecodec.CheckpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
 		a = append(a[:len(a)-1], ck.ID)
 		_, err = tc.q.Exec(ctx, `UPDATE checkpoints SET name = $1, parent = $2, state = $3, template = $4,
@@ -98,7 +82,7 @@ func (c *conn) DeleteCheckpoint(ctx context.Context, tenantID, id string) error 
 		return err
 	}
 	if n == 0 {
-		return notFound("checkpoint", id)
+		return storecodec.NotFound("checkpoint", id)
 	}
 	return nil
 }

@@ -3,12 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
@@ -16,22 +14,9 @@ import (
 // CreateCommand inserts cmd, filling ID, ProcessID (= ID), State (created)
 // and CreatedAt when empty. The sandbox must exist (ErrNotFound).
 func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
-	if cmd.TenantID == "" || cmd.SandboxID == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a command needs a tenant and a sandbox")
+	if err := storecodec.PrepareCommand(cmd); err != nil {
+		return err
 	}
-	if cmd.ID == "" {
-		cmd.ID = store.NewID(store.PrefixCommand)
-	}
-	if cmd.ProcessID == "" {
-		cmd.ProcessID = cmd.ID
-	}
-	if cmd.State == "" {
-		cmd.State = store.CommandCreated
-	}
-	if cmd.CreatedAt.IsZero() {
-		cmd.CreatedAt = storecodec.Now()
-	}
-	storecodec.NormCommand(cmd)
 	return c.atomic(ctx, func(tc *conn) error {
 		// Tenant scoping: a command can only go into the tenant's own sandbox.
 		if _, err := tc.GetSandbox(ctx, cmd.TenantID, cmd.SandboxID); err != nil {
@@ -56,7 +41,7 @@ func (c *conn) getCommand(ctx context.Context, tenantID, sandboxID, id, lock str
 	cmd, err := storecodec.ScanCommand(c.q.QueryRow(ctx, `SELECT `+storecodec.CommandColumns+` FROM commands
 		WHERE id = $1 AND ($2 = '' OR tenant_id = $2) AND ($3 = '' OR sandbox_id = $3)`+lock, id, tenantID, sandboxID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("command", id)
+		return nil, storecodec.NotFound("command", id)
 	}
 	if err != nil {
 		return nil, dbErr("get command", err)
@@ -81,17 +66,9 @@ func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.Comman
 		if err != nil {
 			return err
 		}
-		if len(from) > 0 && !slices.Contains(from, cmd.State) {
-			return stateConflict("command", id, string(cmd.State))
+		if err := storecodec.ChangeCommand(cmd, from, mutate); err != nil {
+			return err
 		}
-		keepID, keepTenant, keepSandbox, keepProcess, keepCreated := cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt
-		if mutate != nil {
-			if err := mutate(cmd); err != nil {
-				return err
-			}
-		}
-		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepProcess, keepCreated
-		storecodec.NormCommand(cmd)
 		_, err = tc.q.Exec(ctx, `UPDATE commands SET spec = $1, state = $2, pid = $3, exit = $4, started_at = $5 WHERE id = $6`,
 			string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit), storecodec.NullNanos(cmd.StartedAt), cmd.ID)
 		if err != nil {

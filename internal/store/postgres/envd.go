@@ -12,11 +12,8 @@ import (
 )
 
 func (c *conn) CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error {
-	if t.SandboxID == "" || t.TenantID == "" || t.Hash == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "envd token sandbox, tenant and hash are required")
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = storecodec.Now()
+	if err := storecodec.PrepareEnvdToken(t); err != nil {
+		return err
 	}
 	_, err := c.exec(ctx, "create envd token", `INSERT INTO envd_tokens (sandbox_id, hash, tenant_id, created_at) VALUES ($1, $2, $3, $4)`,
 		t.SandboxID, t.Hash, t.TenantID, storecodec.Nanos(t.CreatedAt))

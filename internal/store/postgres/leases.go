@@ -31,18 +31,11 @@ func opColsOf(table string) string {
 	return strings.Join(cols, ", ")
 }
 
-func validLease(owner string, ttl time.Duration) error {
-	if owner == "" || ttl <= 0 {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a lease needs an owner and a positive duration")
-	}
-	return nil
-}
-
 // ClaimOperation gives the operation to owner for ttl when its lease is free.
 // The UPDATE takes the row lock and re-checks the lease after a concurrent
 // claim commits, so of racing claimers one wins.
 func (c *conn) ClaimOperation(ctx context.Context, id, owner string, ttl time.Duration) (*store.Operation, error) {
-	if err := validLease(owner, ttl); err != nil {
+	if err := storecodec.ValidLease(owner, ttl); err != nil {
 		return nil, err
 	}
 	var out *store.Operation
@@ -62,18 +55,14 @@ func (c *conn) ClaimOperation(ctx context.Context, id, owner string, ttl time.Du
 		if err != nil {
 			return err
 		}
-		if cur.State.Terminal() {
-			return stateConflict("operation", id, string(cur.State))
-		}
-		return errdefs.New(errdefs.ErrConflict, "operation %s is held by another control replica", id).
-			WithDetails(map[string]any{"state": string(cur.State)})
+		return storecodec.LeaseConflict(cur)
 	})
 	return out, err
 }
 
 // RenewOperationLeases extends owner's leases of ids and returns those it holds.
 func (c *conn) RenewOperationLeases(ctx context.Context, owner string, ids []string, ttl time.Duration) ([]string, error) {
-	if err := validLease(owner, ttl); err != nil {
+	if err := storecodec.ValidLease(owner, ttl); err != nil {
 		return nil, err
 	}
 	held := []string{}
@@ -100,7 +89,7 @@ func (c *conn) RenewOperationLeases(ctx context.Context, owner string, ids []str
 // oldest first. Rows another claimer has locked are skipped (SKIP LOCKED),
 // so concurrent claimers take disjoint sets without waiting on each other.
 func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl time.Duration, limit int) ([]*store.Operation, error) {
-	if err := validLease(owner, ttl); err != nil {
+	if err := storecodec.ValidLease(owner, ttl); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {

@@ -3,12 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
@@ -16,22 +14,9 @@ import (
 // CreateOperation inserts op, filling ID, State (pending), CreatedAt and
 // UpdatedAt when empty. It has no lease until ClaimOperation.
 func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
-	if op.TenantID == "" || op.Type == "" || op.Target == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "an operation needs a tenant, a type and a target")
+	if err := storecodec.PrepareOperation(op); err != nil {
+		return err
 	}
-	if op.ID == "" {
-		op.ID = store.NewID(store.PrefixOperation)
-	}
-	if op.State == "" {
-		op.State = store.OpPending
-	}
-	t := storecodec.Now()
-	if op.CreatedAt.IsZero() {
-		op.CreatedAt = t
-	}
-	op.UpdatedAt = t
-	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{}
-	storecodec.NormOperation(op)
 	_, err := c.exec(ctx, "create operation", `INSERT INTO operations (`+storecodec.OperationColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, '', 0)`,
 		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error),
@@ -48,7 +33,7 @@ func (c *conn) getOperation(ctx context.Context, tenantID, id, lock string) (*st
 	op, err := storecodec.ScanOperation(c.q.QueryRow(ctx, `SELECT `+storecodec.OperationColumns+` FROM operations WHERE id = $1 AND ($2 = '' OR tenant_id = $2)`+lock,
 		id, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("operation", id)
+		return nil, storecodec.NotFound("operation", id)
 	}
 	if err != nil {
 		return nil, dbErr("get operation", err)
@@ -77,27 +62,9 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 		if err != nil {
 			return err
 		}
-		if len(from) > 0 && !slices.Contains(from, op.State) {
-			return stateConflict("operation", id, string(op.State))
+		if err := storecodec.ChangeOperation(op, from, to, mutate); err != nil {
+			return err
 		}
-		keepID, keepTenant, keepCreated := op.ID, op.TenantID, op.CreatedAt
-		keepOwner, keepExpires := op.LeaseOwner, op.LeaseExpiresAt
-		if mutate != nil {
-			if err := mutate(op); err != nil {
-				return err
-			}
-		}
-		op.ID, op.TenantID, op.CreatedAt = keepID, keepTenant, keepCreated
-		op.LeaseOwner, op.LeaseExpiresAt = keepOwner, keepExpires
-		if to != "" {
-			op.State = to
-		}
-		op.UpdatedAt = storecodec.Now()
-		if op.State.Terminal() && op.DoneAt == nil {
-			d := op.UpdatedAt
-			op.DoneAt = &d
-		}
-		storecodec.NormOperation(op)
 		_, err = tc.q.Exec(ctx, `UPDATE operations SET type = $1, target = $2, state = $3, progress = $4, error = $5,
 			result = $6, params = $7, updated_at = $8, done_at = $9 WHERE id = $10`,
 			string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error), storecodec.RawText(op.Result),

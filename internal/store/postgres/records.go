@@ -16,13 +16,9 @@ import (
 // insert of the same key waits for the first to commit and then does
 // nothing, so exactly one caller inserts.
 func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyRecord) (*store.IdempotencyRecord, bool, error) {
-	if rec.Key == "" {
-		return nil, false, errdefs.New(errdefs.ErrInvalidArgument, "idempotency key is empty")
+	if err := storecodec.PrepareIdempotencyRecord(rec); err != nil {
+		return nil, false, err
 	}
-	if rec.CreatedAt.IsZero() {
-		rec.CreatedAt = storecodec.Now()
-	}
-	rec.CreatedAt = storecodec.Norm(rec.CreatedAt)
 	var stored *store.IdempotencyRecord
 	var inserted bool
 	err := c.step(ctx, func(tc *conn) error {
@@ -78,18 +74,8 @@ func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (i
 
 // UpsertTemplate inserts or replaces t by ID, filling ID and CreatedAt when empty.
 func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
-	if t.Name == "" || t.State == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a template needs a name and a state")
-	}
-	if t.ID == "" {
-		t.ID = store.NewID(store.PrefixTemplate)
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = storecodec.Now()
-	}
-	t.CreatedAt = storecodec.Norm(t.CreatedAt)
-	if len(t.Defaults) == 0 {
-		t.Defaults = nil
+	if err := storecodec.PrepareTemplate(t); err != nil {
+		return err
 	}
 	_, err := c.exec(ctx, "upsert template", `INSERT INTO templates (`+storecodec.TemplateColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, digest = excluded.digest, state = excluded.state,
@@ -103,7 +89,7 @@ func (c *conn) GetTemplate(ctx context.Context, id string) (*store.Template, err
 	c = c.bind(ctx)
 	t, err := storecodec.ScanTemplate(c.q.QueryRow(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("template", id)
+		return nil, storecodec.NotFound("template", id)
 	}
 	if err != nil {
 		return nil, dbErr("get template", err)
@@ -122,7 +108,7 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 	}
 	t, err := storecodec.ScanTemplate(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("template", name)
+		return nil, storecodec.NotFound("template", name)
 	}
 	if err != nil {
 		return nil, dbErr("get template", err)
@@ -140,7 +126,7 @@ func (c *conn) DeleteTemplate(ctx context.Context, id string) error {
 		return err
 	}
 	if n == 0 {
-		return notFound("template", id)
+		return storecodec.NotFound("template", id)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func (c *conn) GetSecret(ctx context.Context, tenantID, name string) (*store.Sec
 	err := c.q.QueryRow(ctx, `SELECT sealed, created_at, updated_at FROM secrets WHERE tenant_id = $1 AND name = $2`,
 		tenantID, name).Scan(&s.Sealed, &created, &updated)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("secret", name)
+		return nil, storecodec.NotFound("secret", name)
 	}
 	if err != nil {
 		return nil, dbErr("get secret", err)
@@ -74,7 +74,7 @@ func (c *conn) DeleteSecret(ctx context.Context, tenantID, name string) error {
 		return err
 	}
 	if n == 0 {
-		return notFound("secret", name)
+		return storecodec.NotFound("secret", name)
 	}
 	return nil
 }

@@ -13,16 +13,9 @@ import (
 
 // CreateTenant inserts t, filling ID and CreatedAt when empty.
 func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
-	if t.Name == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "tenant name is required")
+	if err := storecodec.PrepareTenant(t); err != nil {
+		return err
 	}
-	if t.ID == "" {
-		t.ID = store.NewID(store.PrefixTenant)
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = storecodec.Now()
-	}
-	t.CreatedAt = storecodec.Norm(t.CreatedAt)
 	_, err := c.exec(ctx, "create tenant", `INSERT INTO tenants (`+storecodec.TenantColumns+`) VALUES ($1, $2, $3, $4, $5, $6)`,
 		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, storecodec.Nanos(t.CreatedAt))
 	return err
@@ -37,7 +30,7 @@ func (c *conn) getTenant(ctx context.Context, id, lock string) (*store.Tenant, e
 	c = c.bind(ctx)
 	t, err := storecodec.ScanTenant(c.q.QueryRow(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE id = $1`+lock, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("tenant", id)
+		return nil, storecodec.NotFound("tenant", id)
 	}
 	if err != nil {
 		return nil, dbErr("get tenant", err)
@@ -49,7 +42,7 @@ func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant,
 	c = c.bind(ctx)
 	t, err := storecodec.ScanTenant(c.q.QueryRow(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("tenant", name)
+		return nil, storecodec.NotFound("tenant", name)
 	}
 	if err != nil {
 		return nil, dbErr("get tenant", err)
@@ -68,24 +61,16 @@ func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) err
 		return err
 	}
 	if n == 0 {
-		return notFound("tenant", id)
+		return storecodec.NotFound("tenant", id)
 	}
 	return nil
 }
 
 // CreateAPIKey inserts k, filling ID and CreatedAt when empty.
 func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
-	if k.TenantID == "" || k.Hash == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "an API key needs a tenant and a hash")
+	if err := storecodec.PrepareAPIKey(k); err != nil {
+		return err
 	}
-	if k.ID == "" {
-		k.ID = store.NewID(store.PrefixAPIKey)
-	}
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = storecodec.Now()
-	}
-	k.CreatedAt = storecodec.Norm(k.CreatedAt)
-	k.RevokedAt = storecodec.NormPtr(k.RevokedAt)
 	_, err := c.exec(ctx, "create api key", `INSERT INTO api_keys (`+storecodec.APIKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, storecodec.Nanos(k.CreatedAt), storecodec.NullNanos(k.RevokedAt))
 	return err
@@ -110,7 +95,7 @@ func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
 		return err
 	}
 	if n == 0 {
-		return notFound("API key", id)
+		return storecodec.NotFound("API key", id)
 	}
 	return nil
 }

@@ -5,10 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
@@ -16,16 +14,9 @@ import (
 // CreateCheckpoint inserts c, filling ID and CreatedAt when empty.
 func (c *conn) CreateCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
 	c = c.bind(ctx)
-	if ck.TenantID == "" || ck.SandboxID == "" || ck.State == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a checkpoint needs a tenant, a sandbox and a state")
+	if err := storecodec.PrepareCheckpoint(ck); err != nil {
+		return err
 	}
-	if ck.ID == "" {
-		ck.ID = store.NewID(store.PrefixCheckpoint)
-	}
-	if ck.CreatedAt.IsZero() {
-		ck.CreatedAt = storecodec.Now()
-	}
-	ck.CreatedAt = storecodec.Norm(ck.CreatedAt)
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO checkpoints (`+storecodec.CheckpointColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, storecodec.CheckpointArgs(ck)...)
 	if err != nil {
@@ -39,7 +30,7 @@ func (c *conn) GetCheckpoint(ctx context.Context, tenantID, id string) (*store.C
 	ck, err := storecodec.ScanCheckpoint(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.CheckpointColumns+` FROM checkpoints
 		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("checkpoint", id)
+		return nil, storecodec.NotFound("checkpoint", id)
 	}
 	if err != nil {
 		return nil, dbErr("get checkpoint", err)
@@ -69,16 +60,9 @@ func (c *conn) UpdateCheckpoint(ctx context.Context, id string, from []store.Che
 		if err != nil {
 			return err
 		}
-		if len(from) > 0 && !slices.Contains(from, ck.State) {
-			return stateConflict("checkpoint", id, string(ck.State))
+		if err := storecodec.ChangeCheckpoint(ck, from, mutate); err != nil {
+			return err
 		}
-		keepID, keepTenant, keepSandbox, keepCreated := ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt
-		if mutate != nil {
-			if err := mutate(ck); err != nil {
-				return err
-			}
-		}
-		ck.ID, ck.TenantID, ck.SandboxID, ck.CreatedAt = keepID, keepTenant, keepSandbox, keepCreated
 		args := storecodec.CheckpointArgs(ck)[3:] // after id, tenant_id, sandbox_id
 		args = append(args[:len(args)-1], ck.ID)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE checkpoints SET name = ?, parent = ?, state = ?, template = ?,
@@ -99,7 +83,7 @@ func (c *conn) DeleteCheckpoint(ctx context.Context, tenantID, id string) error 
 		return dbErr("delete checkpoint", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return notFound("checkpoint", id)
+		return storecodec.NotFound("checkpoint", id)
 	}
 	return nil
 }

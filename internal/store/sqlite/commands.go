@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
 	"time"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
@@ -16,22 +14,9 @@ import (
 // and CreatedAt when empty. The sandbox must exist (ErrNotFound).
 func (c *conn) CreateCommand(ctx context.Context, cmd *store.Command) error {
 	c = c.bind(ctx)
-	if cmd.TenantID == "" || cmd.SandboxID == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a command needs a tenant and a sandbox")
+	if err := storecodec.PrepareCommand(cmd); err != nil {
+		return err
 	}
-	if cmd.ID == "" {
-		cmd.ID = store.NewID(store.PrefixCommand)
-	}
-	if cmd.ProcessID == "" {
-		cmd.ProcessID = cmd.ID
-	}
-	if cmd.State == "" {
-		cmd.State = store.CommandCreated
-	}
-	if cmd.CreatedAt.IsZero() {
-		cmd.CreatedAt = storecodec.Now()
-	}
-	storecodec.NormCommand(cmd)
 	return c.atomic(ctx, func(tc *conn) error {
 		// Tenant scoping: a command can only go into the tenant's own sandbox.
 		if _, err := tc.GetSandbox(ctx, cmd.TenantID, cmd.SandboxID); err != nil {
@@ -52,7 +37,7 @@ func (c *conn) GetCommand(ctx context.Context, tenantID, sandboxID, id string) (
 	cmd, err := storecodec.ScanCommand(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.CommandColumns+` FROM commands
 		WHERE id = ? AND (? = '' OR tenant_id = ?) AND (? = '' OR sandbox_id = ?)`, id, tenantID, tenantID, sandboxID, sandboxID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("command", id)
+		return nil, storecodec.NotFound("command", id)
 	}
 	if err != nil {
 		return nil, dbErr("get command", err)
@@ -74,17 +59,9 @@ func (c *conn) UpdateCommand(ctx context.Context, id string, from []store.Comman
 		if err != nil {
 			return err
 		}
-		if len(from) > 0 && !slices.Contains(from, cmd.State) {
-			return stateConflict("command", id, string(cmd.State))
+		if err := storecodec.ChangeCommand(cmd, from, mutate); err != nil {
+			return err
 		}
-		keepID, keepTenant, keepSandbox, keepProcess, keepCreated := cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt
-		if mutate != nil {
-			if err := mutate(cmd); err != nil {
-				return err
-			}
-		}
-		cmd.ID, cmd.TenantID, cmd.SandboxID, cmd.ProcessID, cmd.CreatedAt = keepID, keepTenant, keepSandbox, keepProcess, keepCreated
-		storecodec.NormCommand(cmd)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE commands SET spec = ?, state = ?, pid = ?, exit = ?, started_at = ? WHERE id = ?`,
 			string(cmd.Spec), string(cmd.State), cmd.PID, storecodec.RawText(cmd.Exit), storecodec.NullNanos(cmd.StartedAt), cmd.ID)
 		if err != nil {

@@ -12,11 +12,8 @@ import (
 
 func (c *conn) CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error {
 	c = c.bind(ctx)
-	if t.SandboxID == "" || t.TenantID == "" || t.Hash == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "envd token sandbox, tenant and hash are required")
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = storecodec.Now()
+	if err := storecodec.PrepareEnvdToken(t); err != nil {
+		return err
 	}
 	if _, err := c.wr.ExecContext(ctx, `INSERT INTO envd_tokens (sandbox_id, hash, tenant_id, created_at) VALUES (?, ?, ?, ?)`,
 		t.SandboxID, t.Hash, t.TenantID, storecodec.Nanos(t.CreatedAt)); err != nil {

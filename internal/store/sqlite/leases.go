@@ -16,16 +16,9 @@ import (
 // owner in the first argument may take; the second is the time now.
 const leaseFree = `state IN ('pending', 'running') AND (lease_owner = '' OR lease_owner = ? OR lease_expires_at < ?)`
 
-func validLease(owner string, ttl time.Duration) error {
-	if owner == "" || ttl <= 0 {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a lease needs an owner and a positive duration")
-	}
-	return nil
-}
-
 // ClaimOperation gives the operation to owner for ttl when its lease is free.
 func (c *conn) ClaimOperation(ctx context.Context, id, owner string, ttl time.Duration) (*store.Operation, error) {
-	if err := validLease(owner, ttl); err != nil {
+	if err := storecodec.ValidLease(owner, ttl); err != nil {
 		return nil, err
 	}
 	var out *store.Operation
@@ -44,18 +37,14 @@ func (c *conn) ClaimOperation(ctx context.Context, id, owner string, ttl time.Du
 			out = op
 			return nil
 		}
-		if op.State.Terminal() {
-			return stateConflict("operation", id, string(op.State))
-		}
-		return errdefs.New(errdefs.ErrConflict, "operation %s is held by another control replica", id).
-			WithDetails(map[string]any{"state": string(op.State)})
+		return storecodec.LeaseConflict(op)
 	})
 	return out, err
 }
 
 // RenewOperationLeases extends owner's leases of ids and returns those it holds.
 func (c *conn) RenewOperationLeases(ctx context.Context, owner string, ids []string, ttl time.Duration) ([]string, error) {
-	if err := validLease(owner, ttl); err != nil {
+	if err := storecodec.ValidLease(owner, ttl); err != nil {
 		return nil, err
 	}
 	held := []string{}
@@ -95,7 +84,7 @@ const renewChunk = 500
 // ClaimExpiredOperations claims up to limit operations whose lease is free,
 // oldest first.
 func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl time.Duration, limit int) ([]*store.Operation, error) {
-	if err := validLease(owner, ttl); err != nil {
+	if err := storecodec.ValidLease(owner, ttl); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
 	"time"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
@@ -16,22 +14,9 @@ import (
 // UpdatedAt when empty.
 func (c *conn) CreateOperation(ctx context.Context, op *store.Operation) error {
 	c = c.bind(ctx)
-	if op.TenantID == "" || op.Type == "" || op.Target == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "an operation needs a tenant, a type and a target")
+	if err := storecodec.PrepareOperation(op); err != nil {
+		return err
 	}
-	if op.ID == "" {
-		op.ID = store.NewID(store.PrefixOperation)
-	}
-	if op.State == "" {
-		op.State = store.OpPending
-	}
-	t := storecodec.Now()
-	if op.CreatedAt.IsZero() {
-		op.CreatedAt = t
-	}
-	op.UpdatedAt = t
-	op.LeaseOwner, op.LeaseExpiresAt = "", time.Time{} // only ClaimOperation takes a lease
-	storecodec.NormOperation(op)
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO operations (`+storecodec.OperationColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', 0)`,
 		op.ID, op.TenantID, string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error),
 		storecodec.RawText(op.Result), storecodec.RawText(op.Params), storecodec.Nanos(op.CreatedAt), storecodec.Nanos(op.UpdatedAt), storecodec.NullNanos(op.DoneAt))
@@ -46,7 +31,7 @@ func (c *conn) GetOperation(ctx context.Context, tenantID, id string) (*store.Op
 	op, err := storecodec.ScanOperation(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.OperationColumns+` FROM operations WHERE id = ? AND (? = '' OR tenant_id = ?)`,
 		id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("operation", id)
+		return nil, storecodec.NotFound("operation", id)
 	}
 	if err != nil {
 		return nil, dbErr("get operation", err)
@@ -74,27 +59,9 @@ func (c *conn) TransitionOperation(ctx context.Context, id string, from []store.
 		if err != nil {
 			return err
 		}
-		if len(from) > 0 && !slices.Contains(from, op.State) {
-			return stateConflict("operation", id, string(op.State))
+		if err := storecodec.ChangeOperation(op, from, to, mutate); err != nil {
+			return err
 		}
-		keepID, keepTenant, keepCreated := op.ID, op.TenantID, op.CreatedAt
-		keepOwner, keepExpires := op.LeaseOwner, op.LeaseExpiresAt
-		if mutate != nil {
-			if err := mutate(op); err != nil {
-				return err
-			}
-		}
-		op.ID, op.TenantID, op.CreatedAt = keepID, keepTenant, keepCreated
-		op.LeaseOwner, op.LeaseExpiresAt = keepOwner, keepExpires
-		if to != "" {
-			op.State = to
-		}
-		op.UpdatedAt = storecodec.Now()
-		if op.State.Terminal() && op.DoneAt == nil {
-			d := op.UpdatedAt
-			op.DoneAt = &d
-		}
-		storecodec.NormOperation(op)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE operations SET type = ?, target = ?, state = ?, progress = ?, error = ?,
 			result = ?, params = ?, updated_at = ?, done_at = ? WHERE id = ?`,
 			string(op.Type), op.Target, string(op.State), storecodec.JSONText(op.Progress), storecodec.JSONText(op.Error), storecodec.RawText(op.Result),

@@ -13,13 +13,9 @@ import (
 
 func (c *conn) PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyRecord) (*store.IdempotencyRecord, bool, error) {
 	c = c.bind(ctx)
-	if rec.Key == "" {
-		return nil, false, errdefs.New(errdefs.ErrInvalidArgument, "idempotency key is empty")
+	if err := storecodec.PrepareIdempotencyRecord(rec); err != nil {
+		return nil, false, err
 	}
-	if rec.CreatedAt.IsZero() {
-		rec.CreatedAt = storecodec.Now()
-	}
-	rec.CreatedAt = storecodec.Norm(rec.CreatedAt)
 	var stored *store.IdempotencyRecord
 	var inserted bool
 	err := c.atomic(ctx, func(tc *conn) error {
@@ -86,18 +82,8 @@ func (c *conn) PruneIdempotencyRecords(ctx context.Context, before time.Time) (i
 // UpsertTemplate inserts or replaces t by ID, filling ID and CreatedAt when empty.
 func (c *conn) UpsertTemplate(ctx context.Context, t *store.Template) error {
 	c = c.bind(ctx)
-	if t.Name == "" || t.State == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a template needs a name and a state")
-	}
-	if t.ID == "" {
-		t.ID = store.NewID(store.PrefixTemplate)
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = storecodec.Now()
-	}
-	t.CreatedAt = storecodec.Norm(t.CreatedAt)
-	if len(t.Defaults) == 0 {
-		t.Defaults = nil
+	if err := storecodec.PrepareTemplate(t); err != nil {
+		return err
 	}
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO templates (`+storecodec.TemplateColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, digest = excluded.digest, state = excluded.state,
@@ -114,7 +100,7 @@ func (c *conn) GetTemplate(ctx context.Context, id string) (*store.Template, err
 	c = c.bind(ctx)
 	t, err := storecodec.ScanTemplate(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TemplateColumns+` FROM templates WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("template", id)
+		return nil, storecodec.NotFound("template", id)
 	}
 	if err != nil {
 		return nil, dbErr("get template", err)
@@ -133,7 +119,7 @@ func (c *conn) GetTemplateByName(ctx context.Context, name, digest string) (*sto
 	}
 	t, err := storecodec.ScanTemplate(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("template", name)
+		return nil, storecodec.NotFound("template", name)
 	}
 	if err != nil {
 		return nil, dbErr("get template", err)
@@ -152,7 +138,7 @@ func (c *conn) DeleteTemplate(ctx context.Context, id string) error {
 		return dbErr("delete template", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return notFound("template", id)
+		return storecodec.NotFound("template", id)
 	}
 	return nil
 }

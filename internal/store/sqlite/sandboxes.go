@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/storecodec"
 )
@@ -18,21 +16,9 @@ import (
 // transaction. It fills ID, CreatedAt, UpdatedAt and LastActivityAt when empty.
 func (c *conn) CreateSandbox(ctx context.Context, sb *store.Sandbox) error {
 	c = c.bind(ctx)
-	if sb.TenantID == "" || sb.State == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "a sandbox needs a tenant and a state")
+	if err := storecodec.PrepareSandbox(sb); err != nil {
+		return err
 	}
-	if sb.ID == "" {
-		sb.ID = store.NewID(store.PrefixSandbox)
-	}
-	t := storecodec.Now()
-	if sb.CreatedAt.IsZero() {
-		sb.CreatedAt = t
-	}
-	sb.UpdatedAt = t
-	if sb.LastActivityAt.IsZero() {
-		sb.LastActivityAt = sb.CreatedAt
-	}
-	storecodec.NormSandbox(sb)
 	return c.atomic(ctx, func(tc *conn) error {
 		if sb.State.Live() {
 			if err := tc.CheckQuota(ctx, sb.TenantID, store.Usage{Sandboxes: 1, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB}); err != nil {
@@ -56,30 +42,14 @@ func (c *conn) CheckQuota(ctx context.Context, tenantID string, extra store.Usag
 	if err != nil {
 		return err
 	}
-	q := t.Quota
-	if q == (store.Quota{}) {
+	if t.Quota == (store.Quota{}) {
 		return nil
 	}
 	u, err := c.SandboxUsage(ctx, tenantID)
 	if err != nil {
 		return err
 	}
-	for _, l := range []struct {
-		resource         string
-		limit, used, ask int
-	}{
-		{"sandboxes", q.MaxSandboxes, u.Sandboxes, extra.Sandboxes},
-		{"vcpus", q.MaxVCPUs, u.VCPUs, extra.VCPUs},
-		{"memory_mib", q.MaxMemoryMiB, u.MemoryMiB, extra.MemoryMiB},
-	} {
-		if l.ask > 0 && l.limit > 0 && l.used+l.ask > l.limit {
-			return errdefs.New(errdefs.ErrResourceExhausted, "quota exceeded: %s (limit %d, in use %d, requested %d)",
-				l.resource, l.limit, l.used, l.ask).WithDetails(map[string]any{
-				"resource": l.resource, "limit": l.limit, "used": l.used, "requested": l.ask,
-			})
-		}
-	}
-	return nil
+	return storecodec.CheckQuota(t.Quota, u, extra)
 }
 
 // SandboxUsage sums the tenant's live sandboxes.
@@ -100,7 +70,7 @@ func (c *conn) GetSandbox(ctx context.Context, tenantID, id string) (*store.Sand
 	sb, err := storecodec.ScanSandbox(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.SandboxColumns+` FROM sandboxes
 		WHERE id = ? AND (? = '' OR tenant_id = ?)`, id, tenantID, tenantID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("sandbox", id)
+		return nil, storecodec.NotFound("sandbox", id)
 	}
 	if err != nil {
 		return nil, dbErr("get sandbox", err)
@@ -153,21 +123,9 @@ func (c *conn) TransitionSandbox(ctx context.Context, tenantID, id string, from 
 		if err != nil {
 			return err
 		}
-		if len(from) > 0 && !slices.Contains(from, sb.State) {
-			return stateConflict("sandbox", id, string(sb.State))
+		if err := storecodec.ChangeSandbox(sb, from, to, mutate); err != nil {
+			return err
 		}
-		keepID, keepTenant, keepCreated := sb.ID, sb.TenantID, sb.CreatedAt
-		if mutate != nil {
-			if err := mutate(sb); err != nil {
-				return err
-			}
-		}
-		sb.ID, sb.TenantID, sb.CreatedAt = keepID, keepTenant, keepCreated
-		if to != "" {
-			sb.State = to
-		}
-		sb.UpdatedAt = storecodec.Now()
-		storecodec.NormSandbox(sb)
 		args := storecodec.SandboxArgs(sb)[2:] // everything after id, tenant_id
 		args = append(args, sb.ID)
 		_, err = tc.wr.ExecContext(ctx, `UPDATE sandboxes SET template = ?, template_digest = ?, state = ?, vcpus = ?,

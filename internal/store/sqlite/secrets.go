@@ -49,7 +49,7 @@ func (c *conn) GetSecret(ctx context.Context, tenantID, name string) (*store.Sec
 	err := c.rd.QueryRowContext(ctx, `SELECT sealed, created_at, updated_at FROM secrets WHERE tenant_id = ? AND name = ?`,
 		tenantID, name).Scan(&s.Sealed, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("secret", name)
+		return nil, storecodec.NotFound("secret", name)
 	}
 	if err != nil {
 		return nil, dbErr("get secret", err)
@@ -81,7 +81,7 @@ func (c *conn) DeleteSecret(ctx context.Context, tenantID, name string) error {
 		return dbErr("delete secret", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return notFound("secret", name)
+		return storecodec.NotFound("secret", name)
 	}
 	return nil
 }

@@ -232,14 +232,3 @@ func dbErr(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInternal, err)
 }
-
-// notFound is the error for an unknown id (or another tenant's).
-func notFound(kind, id string) error {
-	return errdefs.New(errdefs.ErrNotFound, "%s %s not found", kind, id)
-}
-
-// stateConflict is the error for a failed compare-and-set on a state.
-func stateConflict(kind, id, state string) error {
-	return errdefs.New(errdefs.ErrConflict, "%s %s is %s", kind, id, state).
-		WithDetails(map[string]any{"state": state})
-}

@@ -13,16 +13,9 @@ import (
 // CreateTenant inserts t, filling ID and CreatedAt when empty.
 func (c *conn) CreateTenant(ctx context.Context, t *store.Tenant) error {
 	c = c.bind(ctx)
-	if t.Name == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "tenant name is required")
+	if err := storecodec.PrepareTenant(t); err != nil {
+		return err
 	}
-	if t.ID == "" {
-		t.ID = store.NewID(store.PrefixTenant)
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = storecodec.Now()
-	}
-	t.CreatedAt = storecodec.Norm(t.CreatedAt)
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO tenants (`+storecodec.TenantColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
 		t.ID, t.Name, t.Quota.MaxSandboxes, t.Quota.MaxVCPUs, t.Quota.MaxMemoryMiB, storecodec.Nanos(t.CreatedAt))
 	if err != nil {
@@ -35,7 +28,7 @@ func (c *conn) GetTenant(ctx context.Context, id string) (*store.Tenant, error) 
 	c = c.bind(ctx)
 	t, err := storecodec.ScanTenant(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("tenant", id)
+		return nil, storecodec.NotFound("tenant", id)
 	}
 	if err != nil {
 		return nil, dbErr("get tenant", err)
@@ -47,7 +40,7 @@ func (c *conn) GetTenantByName(ctx context.Context, name string) (*store.Tenant,
 	c = c.bind(ctx)
 	t, err := storecodec.ScanTenant(c.rd.QueryRowContext(ctx, `SELECT `+storecodec.TenantColumns+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, notFound("tenant", name)
+		return nil, storecodec.NotFound("tenant", name)
 	}
 	if err != nil {
 		return nil, dbErr("get tenant", err)
@@ -67,7 +60,7 @@ func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) err
 		return dbErr("set quota", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return notFound("tenant", id)
+		return storecodec.NotFound("tenant", id)
 	}
 	return nil
 }
@@ -75,17 +68,9 @@ func (c *conn) SetTenantQuota(ctx context.Context, id string, q store.Quota) err
 // CreateAPIKey inserts k, filling ID and CreatedAt when empty.
 func (c *conn) CreateAPIKey(ctx context.Context, k *store.APIKey) error {
 	c = c.bind(ctx)
-	if k.TenantID == "" || k.Hash == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "an API key needs a tenant and a hash")
+	if err := storecodec.PrepareAPIKey(k); err != nil {
+		return err
 	}
-	if k.ID == "" {
-		k.ID = store.NewID(store.PrefixAPIKey)
-	}
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = storecodec.Now()
-	}
-	k.CreatedAt = storecodec.Norm(k.CreatedAt)
-	k.RevokedAt = storecodec.NormPtr(k.RevokedAt)
 	_, err := c.wr.ExecContext(ctx, `INSERT INTO api_keys (`+storecodec.APIKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.TenantID, k.Prefix, k.Hash, k.Admin, storecodec.Nanos(k.CreatedAt), storecodec.NullNanos(k.RevokedAt))
 	if err != nil {
@@ -114,7 +99,7 @@ func (c *conn) RevokeAPIKey(ctx context.Context, id string) error {
 		return dbErr("revoke api key", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return notFound("API key", id)
+		return storecodec.NotFound("API key", id)
 	}
 	return nil
 }
