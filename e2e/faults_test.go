@@ -134,6 +134,13 @@ func TestFaultInjection(t *testing.T) {
 }
 
 func runFaultCase(t *testing.T, srv *server, armFile string, fc faultCase) {
+	// Registered first, so it runs after the log is printed.
+	t.Cleanup(func() {
+		if t.Failed() {
+			os.Remove(armFile)
+			srv.resetAfterFailure(t)
+		}
+	})
 	t.Cleanup(func() {
 		if t.Failed() && srv.log != nil {
 			t.Logf("spaced log of this case (tail):\n%s", srv.logTail(12000))
@@ -178,7 +185,13 @@ func runFaultCase(t *testing.T, srv *server, armFile string, fc faultCase) {
 	checkAllTerminal(t, c)
 	checkSandboxesTrue(t, c, victim.ID)
 	checkCheckpointsTrue(t, c)
-	// Leave nothing for the next case.
+	leaveNothing(t, c, srv.dataDir)
+}
+
+// leaveNothing deletes every checkpoint and sandbox, and waits until no
+// VMM of the data dir runs: what the next case starts from.
+func leaveNothing(t *testing.T, c *client, dataDir string) {
+	t.Helper()
 	var list apiv1.SandboxList
 	c.mustDo("GET", "/v1/sandboxes?page_size=1000", nil, &list, 200)
 	for _, sb := range list.Sandboxes {
@@ -194,7 +207,29 @@ func runFaultCase(t *testing.T, srv *server, armFile string, fc faultCase) {
 			c.deleteSandbox(sb.ID)
 		}
 	}
-	waitNoVMMs(t, srv.dataDir)
+	waitNoVMMs(t, dataDir)
+}
+
+// resetAfterFailure gives the next case on this server what a passing case
+// leaves: spaced serving, no sandbox, no VMM. A failed case can stop
+// anywhere (spaced killed and not restarted, a VMM of the dead spaced still
+// running, sandboxes half made), so it kills spaced and every VMM of the
+// data dir by PID, restarts spaced (recovery finds those VMMs gone and
+// fails their sandboxes) and deletes what is left.
+// It runs as a cleanup of the failed case, t, after the case's function
+// returned (and gave s back its parent's t), so it takes t again.
+func (s *server) resetAfterFailure(t *testing.T) {
+	t.Helper()
+	parent := s.t
+	s.t = t
+	defer func() { s.t = parent }()
+	s.kill()
+	if pids := killVMMs(s.dataDir); len(pids) > 0 {
+		t.Logf("reset after the failed case: killed VMMs %v", pids)
+	}
+	s.start()
+	c := s.client(s.AdminKey)
+	leaveNothing(t, c, s.dataDir)
 }
 
 // checkAllTerminal waits (bounded) until no operation is pending or running:
@@ -316,7 +351,7 @@ func mustExec(t *testing.T, c *client, sbx, shell string) string {
 func waitNoVMMs(t *testing.T, dataDir string) {
 	t.Helper()
 	testenv.Eventually(t, time.Minute, func() error {
-		if pids := vmmPIDs(dataDir); len(pids) > 0 {
+		if pids := serverVMMs(dataDir); len(pids) > 0 {
 			return fmt.Errorf("VMMs still running after every sandbox was deleted: %v", pids)
 		}
 		return nil

@@ -67,6 +67,7 @@ type server struct {
 	binary   string   // "spaced" unless set before start
 	env      []string // added to spaced's environment
 	cmd      *exec.Cmd
+	exited   chan struct{} // closed when cmd has exited
 	log      *os.File
 	URL      string
 	AdminKey string
@@ -116,6 +117,7 @@ func (s *server) start() {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
+	s.exited = exited
 	go func() { s.cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -159,6 +161,19 @@ func (s *server) stop() {
 	s.cmd = nil
 }
 
+// running reports whether the current spaced still runs.
+func (s *server) running() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
 func waitExit(pid int) {
 	for i := 0; i < 300; i++ {
 		if syscall.Kill(pid, 0) != nil {
@@ -168,26 +183,28 @@ func waitExit(pid int) {
 	}
 }
 
-// teardown deletes every sandbox still live, stops spaced, stops any VMM
-// left (a failure: deleting must have stopped it) and unmounts the volume.
+// teardown deletes every sandbox still live, stops spaced, kills by PID
+// any VMM of the data dir left (a failure: deleting must have stopped it,
+// or a test left its spaced dead) and unmounts the volume. It cannot be
+// stopped half way: nothing in it fails the test fatally, so a dead or
+// wedged server still has its VMMs killed and its volume unmounted.
 func (s *server) teardown() {
 	t := s.t
-	if s.cmd != nil {
+	if s.running() {
 		c := s.client(s.AdminKey)
 		var list apiv1.SandboxList
-		if c.do("GET", "/v1/sandboxes?page_size=1000", nil, &list) == 200 {
+		if st, err := c.try("GET", "/v1/sandboxes?page_size=1000", &list); err == nil && st == 200 {
 			for _, sb := range list.Sandboxes {
 				if sb.State != "deleted" && sb.State != "failed" && sb.State != "deleting" {
-					c.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil)
+					c.try("DELETE", "/v1/sandboxes/"+sb.ID, nil)
 				}
 			}
 		}
 		s.stop()
 	}
-	for _, pid := range vmmPIDs(s.dataDir) {
-		t.Errorf("VMM %d still running after its server stopped; killing it", pid)
-		syscall.Kill(-pid, syscall.SIGKILL)
-		waitExit(pid)
+	s.cmd = nil
+	if pids := killVMMs(s.dataDir); len(pids) > 0 {
+		t.Errorf("VMMs %v still running after their server stopped; killed them", pids)
 	}
 	vol := filepath.Join(s.dataDir, "vol")
 	if err := exec.Command("umount", vol).Run(); err != nil {
@@ -239,9 +256,33 @@ func (s *server) client(key string) *client { return &client{t: s.t, url: s.URL,
 // request sends a request and returns the response (caller closes the body).
 func (c *client) request(method, path string, body io.Reader, hdr map[string]string) *http.Response {
 	c.t.Helper()
+	resp, err := c.send(method, path, body, hdr)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// try is do for teardown: a server that does not answer is an error
+// returned, not the end of the test, and the answer is decoded when it can be.
+func (c *client) try(method, path string, out any) (int, error) {
+	resp, err := c.send(method, path, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && out != nil && len(b) > 0 {
+		err = json.Unmarshal(b, out)
+	}
+	return resp.StatusCode, err
+}
+
+// send sends one request with the client's key.
+func (c *client) send(method, path string, body io.Reader, hdr map[string]string) (*http.Response, error) {
 	req, err := http.NewRequest(method, c.url+path, body)
 	if err != nil {
-		c.t.Fatal(err)
+		return nil, err
 	}
 	if c.key != "" {
 		req.Header.Set("Authorization", "Bearer "+c.key)
@@ -252,11 +293,7 @@ func (c *client) request(method, path string, body io.Reader, hdr map[string]str
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	return resp
+	return httpClient.Do(req)
 }
 
 // do sends JSON in (nil for none), decodes JSON out (nil to discard) and
