@@ -58,30 +58,18 @@ func (h guestService) TarOut(ctx context.Context, req *connect.Request[workerpb.
 func (h guestService) WriteFile(ctx context.Context, stream *connect.ClientStream[workerpb.WriteFileRequest]) (*connect.Response[workerpb.WriteFileResponse], error) {
 	ctx, stop := h.s.streamContext(ctx)
 	defer stop()
-	if !stream.Receive() {
-		return nil, headerMissing(stream.Err())
-	}
-	hdr := stream.Msg().GetHeader()
-	if hdr == nil {
-		return nil, errdefs.New(errdefs.ErrInvalidArgument, "upload: the first message must be the header")
+	hdr, err := uploadHeader(stream, (*workerpb.WriteFileRequest).GetHeader)
+	if err != nil {
+		return nil, err
 	}
 	g, err := h.guest(ctx, hdr.GetSandboxId())
 	if err != nil {
 		return nil, err
 	}
-	body := &chunkReader{receive: func() ([]byte, bool, error) {
-		if !stream.Receive() {
-			if err := stream.Err(); err != nil {
-				return nil, false, errUploadCut(err)
-			}
-			return nil, false, nil
-		}
-		c, ok := stream.Msg().GetKind().(*workerpb.WriteFileRequest_Chunk)
-		if !ok {
-			return nil, false, errNotChunk
-		}
-		return c.Chunk, true, nil
-	}}
+	body := uploadBody(stream, func(m *workerpb.WriteFileRequest) ([]byte, bool) {
+		_, ok := m.GetKind().(*workerpb.WriteFileRequest_Chunk)
+		return m.GetChunk(), ok
+	})
 	info, err := g.WriteFile(ctx, hdr.GetPath(), hdr.GetMode(), hdr.GetSize(), body)
 	if err != nil {
 		return nil, h.s.streamEnd(err)
@@ -92,39 +80,54 @@ func (h guestService) WriteFile(ctx context.Context, stream *connect.ClientStrea
 func (h guestService) TarIn(ctx context.Context, stream *connect.ClientStream[workerpb.TarInRequest]) (*connect.Response[workerpb.TarInResponse], error) {
 	ctx, stop := h.s.streamContext(ctx)
 	defer stop()
-	if !stream.Receive() {
-		return nil, headerMissing(stream.Err())
-	}
-	hdr := stream.Msg().GetHeader()
-	if hdr == nil {
-		return nil, errdefs.New(errdefs.ErrInvalidArgument, "upload: the first message must be the header")
+	hdr, err := uploadHeader(stream, (*workerpb.TarInRequest).GetHeader)
+	if err != nil {
+		return nil, err
 	}
 	g, err := h.guest(ctx, hdr.GetSandboxId())
 	if err != nil {
 		return nil, err
 	}
-	body := &chunkReader{receive: func() ([]byte, bool, error) {
-		if !stream.Receive() {
-			if err := stream.Err(); err != nil {
-				return nil, false, errUploadCut(err)
-			}
-			return nil, false, nil
-		}
-		c, ok := stream.Msg().GetKind().(*workerpb.TarInRequest_Chunk)
-		if !ok {
-			return nil, false, errNotChunk
-		}
-		return c.Chunk, true, nil
-	}}
+	body := uploadBody(stream, func(m *workerpb.TarInRequest) ([]byte, bool) {
+		_, ok := m.GetKind().(*workerpb.TarInRequest_Chunk)
+		return m.GetChunk(), ok
+	})
 	if err := g.TarIn(ctx, hdr.GetPath(), body); err != nil {
 		return nil, h.s.streamEnd(err)
 	}
 	return reply(&workerpb.TarInResponse{}), nil
 }
 
-func headerMissing(err error) error {
-	if err != nil {
-		return errUploadCut(err)
+// uploadHeader receives an upload's first message, which must be its
+// header (header picks it out of the message).
+func uploadHeader[Req, Hdr any](stream *connect.ClientStream[Req], header func(*Req) *Hdr) (*Hdr, error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, errUploadCut(err)
+		}
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "upload: no header")
 	}
-	return errdefs.New(errdefs.ErrInvalidArgument, "upload: no header")
+	hdr := header(stream.Msg())
+	if hdr == nil {
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "upload: the first message must be the header")
+	}
+	return hdr, nil
+}
+
+// uploadBody reads the chunks that follow an upload's header as one body
+// (chunk picks one out of a message, false when the message is not one).
+func uploadBody[Req any](stream *connect.ClientStream[Req], chunk func(*Req) ([]byte, bool)) *chunkReader {
+	return &chunkReader{receive: func() ([]byte, bool, error) {
+		if !stream.Receive() {
+			if err := stream.Err(); err != nil {
+				return nil, false, errUploadCut(err)
+			}
+			return nil, false, nil
+		}
+		c, ok := chunk(stream.Msg())
+		if !ok {
+			return nil, false, errNotChunk
+		}
+		return c, true, nil
+	}}
 }
