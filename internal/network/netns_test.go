@@ -110,19 +110,15 @@ func TestNamespacesSurviveIPNetns(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
-	t.Cleanup(func() { m.Close(context.Background()) })
+	m := testManager(t, 1)
 	awaitPool(t, m)
 	a, err := m.Acquire(ctx, "tnet-ipns-a") // from the pool
 	if err != nil {
 		t.Fatal(err)
 	}
+	// a is acquired again below: release whichever it is last.
 	t.Cleanup(func() { m.Release(context.Background(), a) })
-	b, err := m.Acquire(ctx, "tnet-ipns-b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Release(context.Background(), b) })
+	b := acquire(t, m, "tnet-ipns-b")
 
 	theirs := fmt.Sprintf("spacetest-%d", os.Getpid())
 	ipNetns(t, "add", theirs)
@@ -220,16 +216,7 @@ func oldLayoutNS(t *testing.T, name, mark string) {
 // hasAddr reports whether lo of the namespace at path has address mark.
 func hasAddr(t *testing.T, path, mark string) bool {
 	t.Helper()
-	h, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
+	nl := netlinkAt(t, path)
 	lo, err := nl.LinkByName("lo")
 	if err != nil {
 		t.Fatal(err)
@@ -253,8 +240,7 @@ func TestStartReapsOldLayout(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	m := New(ctx, Config{Instance: testInstance, PoolSize: -1})
-	t.Cleanup(func() { m.Close(context.Background()) })
+	m := testManager(t, -1)
 	other := New(ctx, Config{Instance: testInstance + "x", PoolSize: -1})
 	t.Cleanup(func() { other.Close(context.Background()) })
 	live, dead, foreign := m.NameOf("tnet-old-live"), m.NameOf("tnet-old-dead"), other.NameOf("tnet-old-foreign")

@@ -29,6 +29,43 @@ func requireNetAdmin(t testing.TB) {
 // those of a server or another test process on the host.
 var testInstance = fmt.Sprintf("tnet%d", os.Getpid())
 
+// testManager is a Manager of this test process's instance, closed at
+// cleanup.
+func testManager(t *testing.T, poolSize int) *Manager {
+	t.Helper()
+	m := New(context.Background(), Config{Instance: testInstance, PoolSize: poolSize})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// acquire takes id's namespace from m and releases it at cleanup.
+func acquire(t *testing.T, m *Manager, id string) *Sandbox {
+	t.Helper()
+	sb, err := m.Acquire(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(context.Background(), sb) })
+	return sb
+}
+
+// netlinkAt is a netlink handle in the namespace at path, closed (with the
+// namespace's handle) at cleanup.
+func netlinkAt(t *testing.T, path string) *netlink.Handle {
+	t.Helper()
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nl.Close)
+	return nl
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	mine, _ := ListNamespaces(NamePrefix + testInstance)
@@ -42,14 +79,9 @@ func TestMain(m *testing.M) {
 func TestAcquireConfiguresNamespace(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
-	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
-	t.Cleanup(func() { m.Close(context.Background()) })
+	m := testManager(t, 1)
 	id := "tnet-" + strings.ReplaceAll(t.Name(), "/", "-")
-	sb, err := m.Acquire(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Release(context.Background(), sb) })
+	sb := acquire(t, m, id)
 	if _, err := m.Acquire(ctx, id); err == nil {
 		t.Fatal("second Acquire of the same id succeeded")
 	}
@@ -119,18 +151,9 @@ func TestAcquireConfiguresNamespace(t *testing.T) {
 func TestReapOrphans(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
-	m := New(ctx, Config{Instance: testInstance, PoolSize: -1})
-	t.Cleanup(func() { m.Close(context.Background()) })
-	live, err := m.Acquire(ctx, "tnet-reap-live")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Release(context.Background(), live) })
-	dead, err := m.Acquire(ctx, "tnet-reap-dead")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Release(context.Background(), dead) })
+	m := testManager(t, -1)
+	live := acquire(t, m, "tnet-reap-live")
+	dead := acquire(t, m, "tnet-reap-dead")
 	// Another instance's namespace (another server on the host) is never
 	// this manager's to reap.
 	other := New(ctx, Config{Instance: testInstance + "x", PoolSize: -1})
@@ -164,14 +187,9 @@ func TestReapOrphans(t *testing.T) {
 func TestAcquireFromPool(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
-	m := New(ctx, Config{Instance: testInstance, PoolSize: 1})
-	t.Cleanup(func() { m.Close(context.Background()) })
+	m := testManager(t, 1)
 	pooled := awaitPool(t, m)
-	sb, err := m.Acquire(ctx, "tnet-pool-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Release(context.Background(), sb) })
+	sb := acquire(t, m, "tnet-pool-a")
 	if _, err := os.Stat(NamespacePath(pooled)); !os.IsNotExist(err) {
 		t.Fatalf("pooled name %s still present: %v", pooled, err)
 	}
@@ -236,18 +254,9 @@ func awaitCond(t testing.TB, timeout time.Duration, what string, cond func() boo
 func TestRenameKeepsOpenTap(t *testing.T) {
 	requireNetAdmin(t)
 	ctx := context.Background()
-	m := New(ctx, Config{Instance: testInstance, PoolSize: -1})
-	t.Cleanup(func() { m.Close(context.Background()) })
-	pooled, err := m.Acquire(ctx, "tnet-ren-pvm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Release(context.Background(), pooled) })
-	taken, err := m.Acquire(ctx, "tnet-ren-taken")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Release(context.Background(), taken) })
+	m := testManager(t, -1)
+	pooled := acquire(t, m, "tnet-ren-pvm")
+	acquire(t, m, "tnet-ren-taken")
 	vmm, err := pooled.OpenTap(TapOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -272,16 +281,7 @@ func TestRenameKeepsOpenTap(t *testing.T) {
 		t.Fatalf("old name still present: %v", err)
 	}
 
-	h, err := netns.GetFromPath(sb.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
+	nl := netlinkAt(t, sb.Path())
 	rx := func() uint64 {
 		l, err := nl.LinkByName(TapName)
 		if err != nil {
