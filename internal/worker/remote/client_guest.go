@@ -74,7 +74,7 @@ func (g *guest) List(ctx context.Context) ([]agentproto.ProcessInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return processesFromPB(resp.GetProcesses()), nil
+	return each(resp.GetProcesses(), processFromPB), nil
 }
 
 func (g *guest) ListDir(ctx context.Context, path string) ([]agentproto.FileInfo, error) {
@@ -82,7 +82,7 @@ func (g *guest) ListDir(ctx context.Context, path string) ([]agentproto.FileInfo
 	if err != nil {
 		return nil, err
 	}
-	return filesFromPB(resp.GetEntries()), nil
+	return each(resp.GetEntries(), fileFromPB), nil
 }
 
 func (g *guest) Stat(ctx context.Context, path string) (agentproto.FileInfo, error) {

@@ -45,7 +45,7 @@ func (c *Client) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, error) 
 	if err != nil {
 		return nil, err
 	}
-	return statusesFromPB(resp.GetSandboxes()), nil
+	return each(resp.GetSandboxes(), statusFromPB), nil
 }
 
 // Agent checks that the sandbox's guest can be called (the worker's own
@@ -68,11 +68,7 @@ func (c *Client) NetworkLog(ctx context.Context, id string) ([]worker.NetworkRec
 	if err != nil {
 		return nil, err
 	}
-	out := make([]worker.NetworkRecord, len(resp.GetRecords()))
-	for i, r := range resp.GetRecords() {
-		out[i] = recordFromPB(r)
-	}
-	return out, nil
+	return each(resp.GetRecords(), recordFromPB), nil
 }
 
 func (c *Client) PauseSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
@@ -127,11 +123,7 @@ func (c *Client) Checkpoints(ctx context.Context) ([]worker.CheckpointStatus, er
 	if err != nil {
 		return nil, err
 	}
-	out := make([]worker.CheckpointStatus, len(resp.GetCheckpoints()))
-	for i, ck := range resp.GetCheckpoints() {
-		out[i] = checkpointFromPB(ck)
-	}
-	return out, nil
+	return each(resp.GetCheckpoints(), checkpointFromPB), nil
 }
 
 func (c *Client) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID string) (worker.SandboxStatus, error) {

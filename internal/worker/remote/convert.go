@@ -63,22 +63,6 @@ func statusFromPB(p *workerpb.SandboxStatus) worker.SandboxStatus {
 	}
 }
 
-func statusesToPB(ss []worker.SandboxStatus) []*workerpb.SandboxStatus {
-	out := make([]*workerpb.SandboxStatus, len(ss))
-	for i, s := range ss {
-		out[i] = statusToPB(s)
-	}
-	return out
-}
-
-func statusesFromPB(ps []*workerpb.SandboxStatus) []worker.SandboxStatus {
-	out := make([]worker.SandboxStatus, len(ps))
-	for i, p := range ps {
-		out[i] = statusFromPB(p)
-	}
-	return out
-}
-
 func checkpointToPB(c worker.CheckpointStatus) *workerpb.CheckpointStatus {
 	return &workerpb.CheckpointStatus{
 		Id: c.ID, SandboxId: c.SandboxID, Spec: specToPB(c.Spec), CreatedAt: timeToPB(c.CreatedAt),
@@ -106,4 +90,14 @@ func recordFromPB(p *workerpb.NetworkRecord) worker.NetworkRecord {
 		Upstream: p.GetUpstream(), Allowed: p.GetAllowed(), Rule: p.GetRule(), BytesOut: p.GetBytesOut(),
 		BytesIn: p.GetBytesIn(), Injected: p.GetInjected(),
 	}
+}
+
+// each converts every element of in with conv; an empty in gives an empty,
+// not nil, out.
+func each[A, B any](in []A, conv func(A) B) []B {
+	out := make([]B, len(in))
+	for i, a := range in {
+		out[i] = conv(a)
+	}
+	return out
 }

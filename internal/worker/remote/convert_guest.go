@@ -77,22 +77,6 @@ func processFromPB(p *workerpb.ProcessInfo) agentproto.ProcessInfo {
 	}
 }
 
-func processesToPB(is []agentproto.ProcessInfo) []*workerpb.ProcessInfo {
-	out := make([]*workerpb.ProcessInfo, len(is))
-	for i, info := range is {
-		out[i] = processToPB(info)
-	}
-	return out
-}
-
-func processesFromPB(ps []*workerpb.ProcessInfo) []agentproto.ProcessInfo {
-	out := make([]agentproto.ProcessInfo, len(ps))
-	for i, p := range ps {
-		out[i] = processFromPB(p)
-	}
-	return out
-}
-
 func eventToPB(e agentproto.Event) *workerpb.Event {
 	return &workerpb.Event{
 		Seq: e.Seq, Type: e.Type, Time: timeToPB(e.Time), Pid: int64(e.PID), Data: e.Data, LostBytes: e.LostBytes,
@@ -115,20 +99,4 @@ func fileFromPB(p *workerpb.FileInfo) agentproto.FileInfo {
 	return agentproto.FileInfo{
 		Name: p.GetName(), Type: p.GetType(), Size: p.GetSize(), Mode: p.GetMode(), MTime: timeFromPB(p.GetMtime()),
 	}
-}
-
-func filesToPB(fs []agentproto.FileInfo) []*workerpb.FileInfo {
-	out := make([]*workerpb.FileInfo, len(fs))
-	for i, f := range fs {
-		out[i] = fileToPB(f)
-	}
-	return out
-}
-
-func filesFromPB(ps []*workerpb.FileInfo) []agentproto.FileInfo {
-	out := make([]agentproto.FileInfo, len(ps))
-	for i, p := range ps {
-		out[i] = fileFromPB(p)
-	}
-	return out
 }

@@ -119,7 +119,7 @@ func (h guestService) ListProcesses(ctx context.Context, req *connect.Request[wo
 	if err != nil {
 		return nil, err
 	}
-	return reply(&workerpb.ListProcessesResponse{Processes: processesToPB(procs)}), nil
+	return reply(&workerpb.ListProcessesResponse{Processes: each(procs, processToPB)}), nil
 }
 
 func (h guestService) ListDir(ctx context.Context, req *connect.Request[workerpb.ListDirRequest]) (*connect.Response[workerpb.ListDirResponse], error) {
@@ -131,7 +131,7 @@ func (h guestService) ListDir(ctx context.Context, req *connect.Request[workerpb
 	if err != nil {
 		return nil, err
 	}
-	return reply(&workerpb.ListDirResponse{Entries: filesToPB(ents)}), nil
+	return reply(&workerpb.ListDirResponse{Entries: each(ents, fileToPB)}), nil
 }
 
 func (h guestService) StatFile(ctx context.Context, req *connect.Request[workerpb.StatFileRequest]) (*connect.Response[workerpb.StatFileResponse], error) {

@@ -49,7 +49,7 @@ func (h workerService) ListSandboxes(ctx context.Context, _ *connect.Request[wor
 	if err != nil {
 		return nil, err
 	}
-	return reply(&workerpb.ListSandboxesResponse{Sandboxes: statusesToPB(sbs)}), nil
+	return reply(&workerpb.ListSandboxesResponse{Sandboxes: each(sbs, statusToPB)}), nil
 }
 
 func (h workerService) CheckGuest(ctx context.Context, req *connect.Request[workerpb.CheckGuestRequest]) (*connect.Response[workerpb.CheckGuestResponse], error) {
@@ -71,11 +71,7 @@ func (h workerService) GetNetworkLog(ctx context.Context, req *connect.Request[w
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*workerpb.NetworkRecord, len(recs))
-	for i, r := range recs {
-		out[i] = recordToPB(r)
-	}
-	return reply(&workerpb.GetNetworkLogResponse{Records: out}), nil
+	return reply(&workerpb.GetNetworkLogResponse{Records: each(recs, recordToPB)}), nil
 }
 
 func (h workerService) WatchExits(ctx context.Context, _ *connect.Request[workerpb.WatchExitsRequest], stream *connect.ServerStream[workerpb.WatchExitsResponse]) error {
@@ -145,11 +141,7 @@ func (h workerService) ListCheckpoints(ctx context.Context, _ *connect.Request[w
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*workerpb.CheckpointStatus, len(cks))
-	for i, c := range cks {
-		out[i] = checkpointToPB(c)
-	}
-	return reply(&workerpb.ListCheckpointsResponse{Checkpoints: out}), nil
+	return reply(&workerpb.ListCheckpointsResponse{Checkpoints: each(cks, checkpointToPB)}), nil
 }
 
 func (h workerService) RestoreCheckpoint(ctx context.Context, req *connect.Request[workerpb.RestoreCheckpointRequest]) (*connect.Response[workerpb.RestoreCheckpointResponse], error) {
