@@ -9,11 +9,14 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 )
 
-// activityFlush is how stale the store's last_activity_at may get before a
-// touch writes it: activity is kept in memory between writes, so busy
-// sandboxes do not cost a write per request, and a restart loses at most
-// this much of it.
-const activityFlush = 30 * time.Second
+// DefaultActivityFlush is how stale the store's last_activity_at may get
+// before a touch writes it (Config.ActivityFlush): activity is kept in
+// memory between writes, so busy sandboxes do not cost a write per
+// request, and a restart loses at most this much of it. An attached event
+// stream touches its sandbox this often, so that in a cluster the replica
+// running idle expiry (the leader) sees a stream attached to another
+// replica as activity at most this old.
+const DefaultActivityFlush = 30 * time.Second
 
 // idleRetry is how long idle expiry waits before it submits another suspend
 // for a sandbox whose last one did not take it out of running or paused.
@@ -43,7 +46,7 @@ func (s *Service) Touch(ctx context.Context, sandboxID string) {
 	l := s.life
 	l.mu.Lock()
 	l.last[sandboxID] = now
-	flush := now.Sub(l.flushed[sandboxID]) >= activityFlush
+	flush := now.Sub(l.flushed[sandboxID]) >= s.cfg.ActivityFlush
 	if flush {
 		l.flushed[sandboxID] = now
 	}
@@ -70,13 +73,33 @@ func (s *Service) StreamAttached(ctx context.Context, sandboxID string) func() {
 	l.mu.Lock()
 	l.streams[sandboxID]++
 	l.mu.Unlock()
-	return func() {
-		l.mu.Lock()
-		if l.streams[sandboxID]--; l.streams[sandboxID] <= 0 {
-			delete(l.streams, sandboxID)
+	stop := make(chan struct{})
+	beat := make(chan struct{})
+	go func() {
+		defer close(beat)
+		tick := time.NewTicker(s.cfg.ActivityFlush)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				s.Touch(ctx, sandboxID)
+			}
 		}
-		l.mu.Unlock()
-		s.Touch(ctx, sandboxID)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-beat
+			l.mu.Lock()
+			if l.streams[sandboxID]--; l.streams[sandboxID] <= 0 {
+				delete(l.streams, sandboxID)
+			}
+			l.mu.Unlock()
+			s.Touch(ctx, sandboxID)
+		})
 	}
 }
 

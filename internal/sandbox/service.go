@@ -26,6 +26,9 @@ type Config struct {
 	// Sizes of a template's ready snapshot when its defaults name none.
 	DefaultVCPUs     int // default 1
 	DefaultMemoryMiB int // default 256
+	// ActivityFlush bounds how stale last_activity_at gets in the store
+	// (default DefaultActivityFlush).
+	ActivityFlush time.Duration
 }
 
 // Deps are the parts the service drives.
@@ -80,6 +83,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.DefaultMemoryMiB <= 0 {
 		cfg.DefaultMemoryMiB = 256
+	}
+	if cfg.ActivityFlush <= 0 {
+		cfg.ActivityFlush = DefaultActivityFlush
 	}
 	if deps.Templates.LogDir == "" {
 		deps.Templates.LogDir = filepath.Join(os.TempDir(), "space-build-logs")

@@ -30,6 +30,11 @@ type domain struct {
 
 func newDomain(t *testing.T) *domain {
 	t.Helper()
+	return newDomainConfig(t, Config{})
+}
+
+func newDomainConfig(t *testing.T, cfg Config) *domain {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +48,7 @@ func newDomain(t *testing.T) *domain {
 		eng.Close(ctx)
 	})
 	fw := apitest.NewWorker(t)
-	svc, err := New(Config{}, Deps{Store: st, Ops: eng, Worker: fw, Logger: log, Templates: TemplateDeps{LogDir: t.TempDir()}})
+	svc, err := New(cfg, Deps{Store: st, Ops: eng, Worker: fw, Logger: log, Templates: TemplateDeps{LogDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

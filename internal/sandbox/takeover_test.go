@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // ReconcileLive fails a running sandbox whose VM vanished without an exit,
@@ -59,5 +62,31 @@ func TestReconcileTakenOver(t *testing.T) {
 	}
 	if sb := d.get(pausing.ID); sb.State != store.SandboxRunning {
 		t.Errorf("interrupted pause (the worker never paused it): %s, want running", sb.State)
+	}
+}
+
+// An attached event stream keeps writing its sandbox's activity to the
+// store, so a replica that runs idle expiry without seeing the stream (a
+// cluster's leader) does not take the sandbox for idle.
+func TestStreamKeepsActivityFresh(t *testing.T) {
+	d := newDomainConfig(t, Config{ActivityFlush: 50 * time.Millisecond})
+	sb := d.create()
+	before := d.get(sb.ID).LastActivityAt
+	detach := d.svc.StreamAttached(context.Background(), sb.ID)
+	var seen []time.Time
+	testenv.Eventually(t, 10*time.Second, func() error {
+		at := d.get(sb.ID).LastActivityAt
+		if len(seen) == 0 || at.After(seen[len(seen)-1]) {
+			seen = append(seen, at)
+		}
+		if len(seen) < 3 || !seen[0].After(before) {
+			return fmt.Errorf("last_activity_at advanced %d times while the stream is attached", len(seen)-1)
+		}
+		return nil
+	})
+	detach()
+	detach() // safe twice
+	if _, idle := d.svc.idleSince(d.get(sb.ID)); !idle {
+		t.Fatal("the stream still counts after detach")
 	}
 }
