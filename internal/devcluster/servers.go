@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/testenv/kuberig"
 	"github.com/space-sandbox/space/internal/testenv/pgtest"
 	"github.com/space-sandbox/space/internal/testenv/s3test"
@@ -30,7 +31,7 @@ type Info struct {
 	Workers    []WorkerInfo  `json:"workers"`
 	Kubeconfig string        `json:"kubeconfig"`
 	Namespace  string        `json:"namespace"`
-	// AdminKeyFile holds the bootstrap admin API key the controls made.
+	// AdminKeyFile holds the bootstrap admin API key every control registers.
 	AdminKeyFile      string `json:"admin_key_file"`
 	Postgres          string `json:"postgres"` // DSN of the store (with its password)
 	S3                string `json:"s3"`       // objstore URL of the bucket
@@ -157,6 +158,14 @@ func (c *Cluster) startServers(ctx context.Context) error {
 		return err
 	}
 	c.Info.AdminKeyFile = filepath.Join(c.opts.Dir, "admin.key")
+	key, err := auth.GenerateKey()
+	if err != nil {
+		return err
+	}
+	// Every replica registers this one bootstrap admin key (hashed).
+	if err := os.WriteFile(c.Info.AdminKeyFile, []byte(key+"\n"), 0o600); err != nil {
+		return err
+	}
 	return c.writeInfo() // so Down finds the servers should the rest fail
 }
 
