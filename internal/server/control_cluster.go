@@ -97,8 +97,12 @@ func openObjectStore(ctx context.Context, cfg ControlConfig, td *teardown, log *
 // registerBaseTemplate builds the base template here and records it when
 // it can (as root, with busybox-static, bash-static and the agent binary);
 // otherwise it says so and leaves the store as it is: another replica, or
-// an earlier start, may have recorded it.
-func registerBaseTemplate(ctx context.Context, cfg Config, db store.Store, templatesDir string, log *slog.Logger) {
+// an earlier start, may have recorded it. With publish (--object-store)
+// the build is published first, as every build is, so workers fetch it by
+// digest (their own base builds need not have the same digest); one that
+// could not be published is not recorded.
+func registerBaseTemplate(ctx context.Context, cfg Config, db store.Store, templatesDir string,
+	publish func(context.Context, string, template.Metadata) error, log *slog.Logger) {
 	if os.Geteuid() != 0 {
 		log.Warn("not root: the base template is not built here", "templates", templatesDir)
 		return
@@ -111,6 +115,12 @@ func registerBaseTemplate(ctx context.Context, cfg Config, db store.Store, templ
 	if err != nil {
 		log.Warn("base template not built", "err", err)
 		return
+	}
+	if publish != nil {
+		if err := publish(ctx, template.BuildDir(templatesDir, base.Name, base.Digest), base); err != nil {
+			log.Warn("base template not published: not recorded", "err", err)
+			return
+		}
 	}
 	if err := registerTemplate(ctx, db, base); err != nil {
 		log.Warn("base template not recorded", "err", err)

@@ -77,7 +77,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	td.add(func() { pl.Close() })
 
 	templatesDir := filepath.Join(cfg.DataDir, "templates")
-	registerBaseTemplate(ctx, cfg.Config, db, templatesDir, log)
+	registerBaseTemplate(ctx, cfg.Config, db, templatesDir, publishImage(obj), log)
 	tpls, err := templateBuilders(cfg.Config, templatesDir, log)
 	if err != nil {
 		return err
