@@ -31,6 +31,15 @@ type SandboxSpec struct {
 	// DiskMiB are then taken from the checkpoint and the fields here are
 	// ignored; ID, Env and Hostname are the new sandbox's own.
 	FromCheckpoint string `json:",omitempty"`
+	// FromSnapshot, when set, makes the sandbox the wake of a suspend
+	// snapshot kept in object storage under that name (SuspendSnapshot of
+	// the sandbox's id), made by whichever worker suspended it: the worker
+	// downloads and verifies it, then wakes it as it wakes its own
+	// suspended sandboxes. Everything but ID is then taken from the spec
+	// stored with the snapshot. A worker without an object store refuses it
+	// (ErrFailedPrecondition); a missing snapshot is ErrNotFound, a damaged
+	// one ErrDataLoss.
+	FromSnapshot string `json:",omitempty"`
 	// Network is the sandbox's egress policy: API.md's network object, as
 	// egress.ParsePolicy reads it. Empty denies all egress.
 	Network json.RawMessage `json:",omitempty"`
@@ -39,6 +48,11 @@ type SandboxSpec struct {
 	// time, never before.
 	SecretScope string `json:",omitempty"`
 }
+
+// SuspendSnapshot is the object-storage name of sandbox id's suspend
+// snapshot: "sandboxes/<id>". A worker with an object store uploads it on
+// suspend; the cluster wakes the sandbox from it on any worker.
+func SuspendSnapshot(id string) string { return "sandboxes/" + id }
 
 // VM states a worker reports.
 const (

@@ -103,8 +103,11 @@ type SandboxSpec struct {
 	Hostname       string                 `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	FromCheckpoint string                 `protobuf:"bytes,8,opt,name=from_checkpoint,json=fromCheckpoint,proto3" json:"from_checkpoint,omitempty"`
 	// network is the egress policy as API.md's JSON network object.
-	Network       []byte `protobuf:"bytes,9,opt,name=network,proto3" json:"network,omitempty"`
-	SecretScope   string `protobuf:"bytes,10,opt,name=secret_scope,json=secretScope,proto3" json:"secret_scope,omitempty"`
+	Network     []byte `protobuf:"bytes,9,opt,name=network,proto3" json:"network,omitempty"`
+	SecretScope string `protobuf:"bytes,10,opt,name=secret_scope,json=secretScope,proto3" json:"secret_scope,omitempty"`
+	// from_snapshot is worker.SandboxSpec.FromSnapshot: the object-storage
+	// name of the suspend snapshot the sandbox wakes from.
+	FromSnapshot  string `protobuf:"bytes,11,opt,name=from_snapshot,json=fromSnapshot,proto3" json:"from_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +208,13 @@ func (x *SandboxSpec) GetNetwork() []byte {
 func (x *SandboxSpec) GetSecretScope() string {
 	if x != nil {
 		return x.SecretScope
+	}
+	return ""
+}
+
+func (x *SandboxSpec) GetFromSnapshot() string {
+	if x != nil {
+		return x.FromSnapshot
 	}
 	return ""
 }
@@ -4342,7 +4352,7 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\x1cspace/worker/v1/worker.proto\x12\x0fspace.worker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"D\n" +
 	"\tErrorInfo\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12!\n" +
-	"\fdetails_json\x18\x02 \x01(\fR\vdetailsJson\"\xfc\x02\n" +
+	"\fdetails_json\x18\x02 \x01(\fR\vdetailsJson\"\xa1\x03\n" +
 	"\vSandboxSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12\x14\n" +
@@ -4355,7 +4365,8 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\x0ffrom_checkpoint\x18\b \x01(\tR\x0efromCheckpoint\x12\x18\n" +
 	"\anetwork\x18\t \x01(\fR\anetwork\x12!\n" +
 	"\fsecret_scope\x18\n" +
-	" \x01(\tR\vsecretScope\x1a6\n" +
+	" \x01(\tR\vsecretScope\x12#\n" +
+	"\rfrom_snapshot\x18\v \x01(\tR\ffromSnapshot\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd2\x02\n" +

@@ -36,7 +36,8 @@ const (
 	// starts from, for people reading Pods; the spec is what the worker uses.
 	AnnotationTemplate = "space.dev/template"
 	// AnnotationRestore says what the sandbox starts from besides its
-	// template: RestoreCheckpoint + "/" + id for a branch; absent otherwise.
+	// template: RestoreCheckpoint + "/" + id for a branch, RestoreSuspend +
+	// "/" + sandbox id for a wake from object storage; absent otherwise.
 	AnnotationRestore = "space.dev/restore"
 	// AnnotationWorkerPort is the port of the worker protocol on a worker
 	// node; the host is the node's InternalIP address.

@@ -61,6 +61,9 @@ func SandboxPod(spec worker.SandboxSpec, opts PodOptions) (*corev1.Pod, error) {
 	if spec.FromCheckpoint != "" {
 		annotations[AnnotationRestore] = RestoreCheckpoint + "/" + spec.FromCheckpoint
 	}
+	if err := annotateSuspend(spec, annotations); err != nil { // suspend.go
+		return nil, err
+	}
 	tolerate := opts.TolerationSeconds
 	if tolerate == 0 {
 		tolerate = DefaultTolerationSeconds
@@ -109,7 +112,7 @@ func SpecFromPod(pod *corev1.Pod) (worker.SandboxSpec, error) {
 	if spec.ID == "" || spec.ID != SandboxID(pod) {
 		return spec, fmt.Errorf("pod %s/%s: spec id %q is not its %s label %q: %w", pod.Namespace, pod.Name, spec.ID, LabelSandbox, SandboxID(pod), errdefs.ErrInvalidArgument)
 	}
-	return spec, nil
+	return specWithSuspend(pod, spec) // suspend.go
 }
 
 // PinToNode makes the Pod schedulable on the named node only (a required

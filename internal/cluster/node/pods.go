@@ -93,9 +93,13 @@ func (h *podHandler) ensure(ctx context.Context, pod *corev1.Pod) error {
 	h.mu.Lock()
 	sp := h.pods[k]
 	if sp != nil && !sp.placeholder && sp.pod.UID == pod.UID {
-		// Known: only labels and annotations may have changed.
+		// Known: only labels and annotations may have changed. Posted
+		// again, so that virtual-kubelet's next status write (which
+		// writes this node's copy of the Pod whole) keeps them.
 		sp.pod.Labels, sp.pod.Annotations = pod.Labels, pod.Annotations
+		fresh := sp.pod.DeepCopy()
 		h.mu.Unlock()
+		h.post(fresh)
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.CreateTimeout)
@@ -119,6 +123,11 @@ func (h *podHandler) ensure(ctx context.Context, pod *corev1.Pod) error {
 		}
 	} else if err == nil {
 		log.Info("adopting sandbox the worker has", "state", st.State)
+		if st.State == worker.VMSuspended && spec.FromSnapshot != "" {
+			// A wake landed where the suspend's local copy is still kept
+			// (its delete had not run): that copy is the same snapshot.
+			st, err = h.w.WakeSandbox(cctx, spec.ID)
+		}
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:

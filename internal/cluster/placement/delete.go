@@ -23,9 +23,14 @@ const deleteGraceSeconds = 1
 // DeleteTimeout, for it to be gone, which its worker allows once it has
 // deleted the sandbox. A Pod whose node is not Ready, or still waiting
 // there after DeleteTimeout, is deleted without grace: its worker deletes
-// the sandbox when it comes back (a VM with no Pod). Idempotent.
+// the sandbox when it comes back (a VM with no Pod). Its suspend snapshot,
+// if any, is deleted from the object store. Idempotent.
 func (p *Placement) DeleteSandbox(ctx context.Context, id string) error {
 	if err := p.deletePod(ctx, id, ""); err != nil {
+		return err
+	}
+	// A suspended sandbox is its snapshot in object storage (suspend.go).
+	if err := p.deleteSnapshot(ctx, id); err != nil {
 		return err
 	}
 	p.mu.Lock()

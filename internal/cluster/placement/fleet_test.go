@@ -42,6 +42,7 @@ type fleet struct {
 	byAddr   map[string]*testWorker
 	agents   map[string]*nodeAgent
 	nextPort int
+	roam     *roamStore // given to the workers of nodes added after it is set
 }
 
 type nodeAgent struct {
@@ -79,6 +80,7 @@ func (f *fleet) addNode(suffix string, vcpus, memMiB, sandboxes int) *nodeAgent 
 	f.nextPort++
 	addr := fmt.Sprintf("127.0.0.1:%d", f.nextPort)
 	w := newTestWorker()
+	w.roam = f.roam
 	f.byAddr[addr] = w
 	f.mu.Unlock()
 	a := &nodeAgent{name: "space-" + f.prefix + "-" + suffix, addr: addr, w: w}

@@ -44,6 +44,9 @@ func (p *Placement) pod(id string) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, classify(err))
 	}
+	if k8s.Suspended(pod) {
+		return nil, errSuspended(id)
+	}
 	if why, lost := p.fate(pod); lost {
 		return nil, errdefs.New(errdefs.ErrUnavailable, "%s", why)
 	}
@@ -112,7 +115,13 @@ func (p *Placement) Sandbox(ctx context.Context, id string) (worker.SandboxStatu
 	w, err := p.owner(id)
 	var pub *errdefs.Public
 	if errors.As(err, &pub) && pub.Class == errdefs.ErrUnavailable && p.isLost(id) {
+		if p.suspendedInstead(ctx, id) {
+			return p.suspended(ctx, id) // suspend.go
+		}
 		return worker.SandboxStatus{ID: id, State: worker.VMStopped, Lost: pub.Message}, nil
+	}
+	if errdefs.ClassOf(err) == errdefs.ErrNotFound && p.cfg.Snapshots != nil {
+		return p.suspended(ctx, id) // suspend.go
 	}
 	if err != nil {
 		return worker.SandboxStatus{}, err
@@ -154,6 +163,9 @@ func (p *Placement) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, erro
 	byNode := map[string]map[string]bool{}
 	for _, pod := range pods {
 		id := k8s.SandboxID(pod)
+		if p.suspendedDeletion(ctx, pod) {
+			continue // listed from the object store below
+		}
 		if why, lost := p.fate(pod); lost {
 			out = append(out, worker.SandboxStatus{ID: id, State: worker.VMStopped, Lost: why})
 			seen[id] = true
@@ -184,10 +196,20 @@ func (p *Placement) Sandboxes(ctx context.Context) ([]worker.SandboxStatus, erro
 	for id, why := range p.lost {
 		if !seen[id] {
 			out = append(out, worker.SandboxStatus{ID: id, State: worker.VMStopped, Lost: why})
+			seen[id] = true
 		}
 	}
 	p.mu.Unlock()
-	return out, nil
+	for _, n := range byNode {
+		for id := range n {
+			seen[id] = true // a live Pod wins over a snapshot not deleted yet
+		}
+	}
+	suspended, err := p.suspendedAll(ctx, seen)
+	if err != nil {
+		return nil, fmt.Errorf("suspended sandboxes: %w", err)
+	}
+	return append(out, suspended...), nil
 }
 
 // readyWorkers are the clients of every Ready worker node.

@@ -24,21 +24,8 @@ func (p *Placement) ResumeSandbox(ctx context.Context, id string) (worker.Sandbo
 	return w.ResumeSandbox(ctx, id)
 }
 
-func (p *Placement) SuspendSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
-	w, err := p.owner(id)
-	if err != nil {
-		return worker.SandboxStatus{}, err
-	}
-	return w.SuspendSandbox(ctx, id)
-}
-
-func (p *Placement) WakeSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
-	w, err := p.owner(id)
-	if err != nil {
-		return worker.SandboxStatus{}, err
-	}
-	return w.WakeSandbox(ctx, id)
-}
+// SuspendSandbox and WakeSandbox are in suspend.go: a suspended sandbox
+// has no Pod.
 
 func (p *Placement) Checkpoint(ctx context.Context, sandboxID, checkpointID string) (worker.CheckpointStatus, error) {
 	w, err := p.owner(sandboxID)

@@ -59,8 +59,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Snapshots, when set, is the object store workers upload snapshots
 	// to: checkpoints are listed and deleted there and a branch is placed
-	// by the scheduler (checkpoints.go). Nil keeps each checkpoint on the
-	// worker that took it.
+	// by the scheduler (checkpoints.go); a suspend ends the sandbox's Pod
+	// and a wake makes a new one on any worker (suspend.go). Nil keeps
+	// each checkpoint and suspend snapshot on the worker that made it.
 	Snapshots SnapshotStore
 }
 

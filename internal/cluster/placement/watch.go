@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -120,8 +121,33 @@ func (p *Placement) nodeLost(name string) bool {
 }
 
 // lose records a sandbox as lost and reports its Exit, once, unless the
-// control plane is deleting or still creating it (the call reports then).
+// control plane is deleting or still creating it (the call reports then),
+// or the Pod goes because the sandbox was suspended to object storage
+// (suspend.go; that check asks the store, so it runs off the informer's
+// goroutine, bounded).
 func (p *Placement) lose(id, why string, pod *corev1.Pod) {
+	if k8s.Suspended(pod) {
+		return
+	}
+	if p.cfg.Snapshots != nil && (pod.DeletionTimestamp != nil || wakeNeverRan(pod)) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
+			defer cancel()
+			if p.suspendedDeletion(ctx, pod) {
+				p.log.Info("sandbox pod gone after a suspend", "sandbox", id, "pod", pod.Name)
+				return
+			}
+			p.loseNow(id, why, pod)
+		}()
+		return
+	}
+	p.loseNow(id, why, pod)
+}
+
+// storeCheckTimeout bounds lose's question to the object store.
+const storeCheckTimeout = 30 * time.Second
+
+func (p *Placement) loseNow(id, why string, pod *corev1.Pod) {
 	p.mu.Lock()
 	_, deleting := p.deleting[id]
 	_, known := p.lost[id]
@@ -137,8 +163,24 @@ func (p *Placement) lose(id, why string, pod *corev1.Pod) {
 	p.exits.push(worker.Exit{SandboxID: id, Err: errdefs.New(errdefs.ErrUnavailable, "%s", why)})
 }
 
-// fail reports the Exit of a sandbox whose worker failed its Pod.
+// fail reports the Exit of a sandbox whose worker failed its Pod, unless
+// the Pod was a wake that never ran: the sandbox stays suspended then (its
+// snapshot is the truth; the wake's caller has the error).
 func (p *Placement) fail(id string, pod *corev1.Pod) {
+	if p.cfg.Snapshots != nil && wakeNeverRan(pod) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), storeCheckTimeout)
+			defer cancel()
+			if !p.suspendedDeletion(ctx, pod) {
+				p.failNow(id, pod)
+			}
+		}()
+		return
+	}
+	p.failNow(id, pod)
+}
+
+func (p *Placement) failNow(id string, pod *corev1.Pod) {
 	err := k8s.PodError(pod)
 	why := err.Error()
 	p.mu.Lock()

@@ -20,6 +20,9 @@ type testWorker struct {
 	notReady  error
 	ckpts     []worker.CheckpointStatus // what Checkpoints lists
 	exits     chan worker.Exit
+	// roam, when set, is the object store suspends go to and wakes come
+	// from (roam_test.go).
+	roam *roamStore
 }
 
 func newTestWorker() *testWorker {
@@ -39,6 +42,9 @@ func (w *testWorker) setNotReady(err error) {
 }
 
 func (w *testWorker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (worker.SandboxStatus, error) {
+	if spec.FromSnapshot != "" {
+		return w.createFromStore(ctx, spec)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.createErr != nil {
@@ -122,6 +128,9 @@ func (w *testWorker) ResumeSandbox(ctx context.Context, id string) (worker.Sandb
 	return w.move(id, worker.VMRunning)
 }
 func (w *testWorker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	if w.roam != nil {
+		return w.suspendToStore(ctx, id)
+	}
 	return w.move(id, worker.VMSuspended)
 }
 func (w *testWorker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {

@@ -114,6 +114,13 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 	default:
 		return worker.SandboxStatus{}, wrongState(st, "only a paused or suspended sandbox can be woken")
 	}
+	return w.wakeSuspended(ctx, sb)
+}
+
+// wakeSuspended restores suspended sb from its suspend snapshot; sb's op
+// lock is held.
+func (w *Worker) wakeSuspended(ctx context.Context, sb *sandbox) (worker.SandboxStatus, error) {
+	id := sb.spec.ID
 	started := time.Now()
 	ph := startPhases()
 	snap := sb.path(suspendDir)
@@ -153,6 +160,7 @@ func (w *Worker) WakeSandbox(ctx context.Context, id string) (worker.SandboxStat
 	if err := os.RemoveAll(snap); err != nil {
 		w.log.Warn("remove suspend snapshot", "sandbox", id, "err", err)
 	}
+	w.dropSuspendObject(ctx, id)
 	ph.log(w.log, "wake phases", "sandbox", id)
 	w.log.Info("sandbox woken", "sandbox", id, "took", time.Since(started).Round(time.Millisecond))
 	return sb.status(), nil
@@ -200,6 +208,14 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB}
 	err = sealSnapshot(ctx, tmp, m)
 	if err == nil {
+		// With an object store the suspend counts once the snapshot is
+		// stored there and verified (suspend_upload.go); until then the
+		// sandbox can still go on where it is.
+		if uerr := w.uploadSuspend(ctx, sb, tmp); uerr != nil {
+			_ = os.RemoveAll(tmp)
+			w.undoSnapshotPause(ctx, sb, true, wasPaused)
+			return worker.SandboxStatus{}, uerr
+		}
 		err = os.Rename(tmp, sb.path(suspendDir))
 		if err == nil {
 			err = syncDir(sb.dir)

@@ -181,6 +181,9 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	if !validID(spec.ID) {
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
+	if spec.FromSnapshot != "" {
+		return w.createFromSnapshot(ctx, spec) // wake_snapshot.go
+	}
 	var ck *checkpointSource
 	if spec.FromCheckpoint != "" {
 		src, err := w.openCheckpoint(ctx, spec.FromCheckpoint) // checkpoint_objects.go

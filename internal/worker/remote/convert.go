@@ -32,6 +32,7 @@ func specToPB(s worker.SandboxSpec) *workerpb.SandboxSpec {
 	return &workerpb.SandboxSpec{
 		Id: s.ID, Template: s.Template, Vcpus: int64(s.VCPUs), MemoryMib: int64(s.MemoryMiB), DiskMib: int64(s.DiskMiB),
 		Env: s.Env, Hostname: s.Hostname, FromCheckpoint: s.FromCheckpoint, Network: s.Network, SecretScope: s.SecretScope,
+		FromSnapshot: s.FromSnapshot,
 	}
 }
 
@@ -39,7 +40,8 @@ func specFromPB(p *workerpb.SandboxSpec) worker.SandboxSpec {
 	s := worker.SandboxSpec{
 		ID: p.GetId(), Template: p.GetTemplate(), VCPUs: int(p.GetVcpus()), MemoryMiB: int(p.GetMemoryMib()),
 		DiskMiB: int(p.GetDiskMib()), Env: p.GetEnv(), Hostname: p.GetHostname(), FromCheckpoint: p.GetFromCheckpoint(),
-		SecretScope: p.GetSecretScope(),
+		FromSnapshot: p.GetFromSnapshot(),
+		SecretScope:  p.GetSecretScope(),
 	}
 	if len(p.GetNetwork()) > 0 {
 		s.Network = json.RawMessage(p.GetNetwork())
