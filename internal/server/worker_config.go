@@ -24,6 +24,8 @@ type WorkerConfig struct {
 	TLSCertFile, TLSKeyFile string
 	// Node registers the host with Kubernetes (worker_node.go).
 	Node NodeConfig
+	// ObjectStore is where suspend snapshots go (objectstore.go).
+	ObjectStore ObjectStoreConfig
 }
 
 // DefaultWorkerListen is where `spaced worker` serves the protocol.
@@ -39,6 +41,7 @@ func ParseWorkerFlags(args []string) (WorkerConfig, error) {
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "data directory (templates, sandboxes, snapshots)")
 	registerNodeFlags(fs, &cfg.Node)
+	registerObjectStoreFlags(fs, &cfg.ObjectStore)
 	var features multiFlag
 	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
 	var egressCAs multiFlag
@@ -80,6 +83,9 @@ func ParseWorkerFlags(args []string) (WorkerConfig, error) {
 		return WorkerConfig{}, fmt.Errorf("--tls-cert-file and --tls-key-file go together")
 	}
 	if err := cfg.Node.validate(); err != nil {
+		return WorkerConfig{}, err
+	}
+	if err := cfg.ObjectStore.validate(); err != nil {
 		return WorkerConfig{}, err
 	}
 	abs, err := filepath.Abs(cfg.DataDir)

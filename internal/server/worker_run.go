@@ -60,10 +60,16 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		return err
 	}
 	td.add(closeNet)
+	snapshots, closeSnapshots, err := openWorkerSnapshots(ctx, cfg.ObjectStore, h.storage.Root(), log)
+	if err != nil {
+		return err
+	}
+	td.add(closeSnapshots)
 	wk, err := local.New(ctx, local.Config{
 		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
 		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout, Logger: log,
 		Network: netns, Egress: eg, PoolSize: workerPoolSize(cfg.PoolSize),
+		Snapshots: snapshots,
 	})
 	if err != nil {
 		return err
