@@ -30,7 +30,7 @@ const DefaultCacheBytes = 8 << 30
 
 // registerObjectStoreFlags adds a worker's object-store flags to fs.
 func registerObjectStoreFlags(fs *flag.FlagSet, c *ObjectStoreConfig) {
-	fs.StringVar(&c.URL, "object-store", "", "s3://bucket/prefix?endpoint=host:port: suspend snapshots go there, so a sandbox wakes on any worker")
+	fs.StringVar(&c.URL, "object-store", "", "s3://bucket/prefix?endpoint=host:port: suspend snapshots, checkpoints and template images go there, so a sandbox wakes or branches on any worker")
 	fs.StringVar(&c.CredentialsFile, "object-store-credentials-file", "",
 		"file with access_key= and secret_key= lines (default $"+objstore.EnvAccessKey+", $"+objstore.EnvSecretKey+")")
 	fs.Int64Var(&c.CacheBytes, "cache-bytes", DefaultCacheBytes, "bound on the local cache of objects downloaded from --object-store (least recently used go first)")
