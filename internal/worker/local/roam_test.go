@@ -125,7 +125,7 @@ func TestSuspendWakeElsewhere(t *testing.T) {
 		if err := wB.DeleteSandbox(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		damageChunk(t, srv, prefix)
+		damageChunk(t, srv, prefix+"/chunks/"+must(direct.StatSnapshot(ctx, name))(t).Upload)
 		_, err := wA.CreateSandbox(ctx, worker.SandboxSpec{ID: id, FromSnapshot: name})
 		if !errors.Is(err, errdefs.ErrDataLoss) {
 			t.Fatalf("wake from a damaged snapshot: %v, want data_loss", err)
@@ -172,6 +172,10 @@ func chunkKeys(t *testing.T, srv *s3test.Server, prefix string) []string {
 }
 
 func listChunks(srv *s3test.Server, prefix string) ([]string, error) {
+	return listKeys(srv, prefix+"/chunks/")
+}
+
+func listKeys(srv *s3test.Server, prefix string) ([]string, error) {
 	client, err := srv.Client()
 	if err != nil {
 		return nil, err
@@ -179,7 +183,7 @@ func listChunks(srv *s3test.Server, prefix string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var keys []string
-	for obj := range client.ListObjects(ctx, srv.Bucket, minio.ListObjectsOptions{Prefix: prefix + "/chunks/", Recursive: true}) {
+	for obj := range client.ListObjects(ctx, srv.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
 			return nil, obj.Err
 		}
@@ -215,11 +219,14 @@ func cutAtFirstChunk(t *testing.T, srv *s3test.Server, prefix string, p *cutProx
 	return func() { close(quit); <-done }
 }
 
-// damageChunk overwrites the first data chunk of the object under prefix
-// with other bytes of the same length.
+// damageChunk overwrites the first chunk under prefix (an upload's chunk
+// prefix) with other bytes of the same length.
 func damageChunk(t *testing.T, srv *s3test.Server, prefix string) {
 	t.Helper()
-	keys := chunkKeys(t, srv, prefix)
+	keys, err := listKeys(srv, prefix+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(keys) == 0 {
 		t.Fatal("no chunk to damage")
 	}
