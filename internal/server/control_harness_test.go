@@ -57,7 +57,9 @@ const (
 	testResync        = 300 * time.Millisecond
 	testOpLease       = 3 * time.Second
 	testLeaderLease   = 3 * time.Second
-	testScheduleLimit = 6 * time.Second
+	// testScheduleLimit is longer than a gated create waits in
+	// StartLeavesLiveOperations (a replica's start and a lease period).
+	testScheduleLimit = 15 * time.Second
 )
 
 func newControlCluster(t *testing.T) *controlCluster {

@@ -188,6 +188,54 @@ func TestControlReplicas(t *testing.T) {
 		}
 	})
 
+	t.Run("StartLeavesLiveOperations", func(t *testing.T) {
+		// A replica that starts while another runs an operation leaves it
+		// to that replica: it takes over only leases that ran out.
+		gate := make(chan struct{})
+		for _, n := range nodes {
+			n.w.SetCreateGate(gate)
+		}
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				close(gate)
+				for _, n := range nodes {
+					n.w.SetCreateGate(nil)
+				}
+			}
+		}
+		defer release()
+		res, err := via2.CreateSandbox(ctx, apiv1.CreateSandboxRequest{Template: "base"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func() error {
+			op, err := via1.GetOperation(ctx, res.Operation.ID, 0)
+			if err != nil || op.State != "running" {
+				return fmt.Errorf("operation %+v, %v", op, err)
+			}
+			return nil
+		})
+		r3 := c.startReplica("r3")
+		defer r3.stop(t)
+		// What must not happen is an abort: give r3's take-over loop a
+		// lease period (three passes) to make one, if it would.
+		time.Sleep(testOpLease)
+		if op, err := via1.GetOperation(ctx, res.Operation.ID, 0); err != nil || op.State != "running" {
+			t.Fatalf("the running create after a replica started = %+v, %v", op, err)
+		}
+		release()
+		op, err := via1.WaitOperation(ctx, res.Operation.ID)
+		if err != nil || op.State != apiv1.OpSucceeded {
+			t.Fatalf("create = %+v (error %+v), %v", op, op.Error, err)
+		}
+		via3, _ := client.New(r3.url, key.Key, nil)
+		if sb, err := via3.GetSandbox(ctx, res.Sandbox.ID); err != nil || sb.State != "running" || nodes[sb.Worker] == nil {
+			t.Fatalf("sandbox through replica 3 = %+v, %v", sb, err)
+		}
+	})
+
 	t.Run("TakeOver", func(t *testing.T) {
 		gate := make(chan struct{})
 		for _, n := range nodes {
