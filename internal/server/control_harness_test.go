@@ -53,10 +53,10 @@ type controlCluster struct {
 // Timings short enough for tests. The rig calls a node NotReady after 8s
 // without a Lease renewal.
 const (
-	testNodeLease     = 4 * time.Second
-	testResync        = 300 * time.Millisecond
-	testOpLease       = 3 * time.Second
-	testLeaderLease   = 3 * time.Second
+	testNodeLease   = 4 * time.Second
+	testResync      = 300 * time.Millisecond
+	testOpLease     = 3 * time.Second
+	testLeaderLease = 3 * time.Second
 	// testScheduleLimit is longer than a gated create waits in
 	// StartLeavesLiveOperations (a replica's start and a lease period).
 	testScheduleLimit = 15 * time.Second
