@@ -44,6 +44,7 @@ var controlNeeds = []need{
 	{access{"create", "", "pods", sandboxNS, ""}, "create.go: Pods.Create"},
 	{access{"get", "", "pods", sandboxNS, "sbx-1"}, "create.go, delete.go: Pods.Get"},
 	{access{"delete", "", "pods", sandboxNS, "sbx-1"}, "delete.go: Pods.Delete (grace, UID precondition)"},
+	{access{"patch", "", "pods", sandboxNS, "sbx-1"}, "suspend.go: releasePod marks the Pod k8s.AnnotationSuspended (merge patch) before deleting it"},
 	{access{"get", "coordination.k8s.io", "leases", namespace, "space-control"}, "leader.go: resourcelock.LeaseLock Get"},
 	{access{"create", "coordination.k8s.io", "leases", namespace, ""}, "leader.go: LeaseLock Create (first candidate)"},
 	{access{"update", "coordination.k8s.io", "leases", namespace, "space-control"}, "leader.go: LeaseLock Update (renew, release)"},

@@ -224,6 +224,7 @@ worker:
   capacity: {vcpus: 30, memoryMiB: 122880, sandboxes: 60}
   overhead: {cpu: "2", memoryMiB: 4096}
   memoryLimit: true
+  cacheBytes: 17179869184
   updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1}}
 rbac: {restrictWorkersToOwnNode: false}
 networkPolicy: {enabled: false}

@@ -49,7 +49,8 @@ func TestComponentsUseOnlyWhatTheyNeed(t *testing.T) {
 	defer checkRefused(t, "space-control", controlLog)
 	defer checkRefused(t, "space-worker", workerLog)
 	workerClient := kubernetes.NewForConfigOrDie(tokenConfig(a.rig, host.token, workerLog))
-	w := newMemWorker()
+	snaps := newMemSnapshots()
+	w := newMemWorker(snaps)
 	nodeCtx, stopNode := context.WithCancel(ctx)
 	nodeDone := make(chan error, 1)
 	go func() {
@@ -78,7 +79,7 @@ func TestComponentsUseOnlyWhatTheyNeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	controlClient := kubernetes.NewForConfigOrDie(tokenConfig(a.rig, controlToken, controlLog))
-	p, err := placement.New(ctx, controlClient, placement.Config{Namespace: sandboxNS, TolerationSeconds: 2, Logger: testLogger(t),
+	p, err := placement.New(ctx, controlClient, placement.Config{Namespace: sandboxNS, TolerationSeconds: 2, Logger: testLogger(t), Snapshots: snaps,
 		Dial: func(addr string) (worker.Worker, error) {
 			if addr != "127.0.0.1:7070" {
 				return nil, errdefs.New(errdefs.ErrUnavailable, "nothing listens at %s", addr)
@@ -96,6 +97,13 @@ func TestComponentsUseOnlyWhatTheyNeed(t *testing.T) {
 	}
 	if st.State != worker.VMRunning || !w.has(spec.ID) {
 		t.Fatalf("sandbox %+v; on the worker: %v", st, w.has(spec.ID))
+	}
+	// Suspend to object storage ends the Pod; a wake makes a new one.
+	if st, err := p.SuspendSandbox(bounded(t, 60*time.Second), spec.ID); err != nil || st.State != worker.VMSuspended {
+		t.Fatalf("suspend the sandbox: %+v, %v", st, err)
+	}
+	if st, err := p.WakeSandbox(bounded(t, 90*time.Second), spec.ID); err != nil || st.State != worker.VMRunning {
+		t.Fatalf("wake the sandbox: %+v, %v", st, err)
 	}
 	if err := p.DeleteSandbox(bounded(t, 60*time.Second), spec.ID); err != nil {
 		t.Fatalf("delete the sandbox: %v", err)

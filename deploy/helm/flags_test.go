@@ -58,6 +58,12 @@ func TestFlagsParse(t *testing.T) {
 			if wcfg.Listen != samplePodIP+":"+port || wcfg.Node.NodeName != "space-"+sampleNodeName || wcfg.Node.Namespace != sandboxes {
 				t.Errorf("worker: listen %q node %q namespace %q", wcfg.Listen, wcfg.Node.NodeName, wcfg.Node.Namespace)
 			}
+			if wcfg.ObjectStore.URL == "" {
+				t.Error("worker: no --object-store, so suspends stay on the worker's host")
+			}
+			if tc.name == "other values" && wcfg.ObjectStore.CacheBytes != 16<<30 {
+				t.Errorf("worker: --cache-bytes %d, want worker.cacheBytes 16 GiB", wcfg.ObjectStore.CacheBytes)
+			}
 			if wcfg.Node.Kubeconfig == "" {
 				t.Error("worker: no --kubeconfig, so spaced worker would not register its node")
 			}

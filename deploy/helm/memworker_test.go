@@ -3,6 +3,7 @@ package helm
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,10 +18,64 @@ type memWorker struct {
 	mu    sync.Mutex
 	vms   map[string]worker.SandboxStatus
 	exits chan worker.Exit
+	snaps *memSnapshots // where a suspend "uploads" its snapshot
 }
 
-func newMemWorker() *memWorker {
-	return &memWorker{vms: map[string]worker.SandboxStatus{}, exits: make(chan worker.Exit)}
+func newMemWorker(snaps *memSnapshots) *memWorker {
+	return &memWorker{vms: map[string]worker.SandboxStatus{}, exits: make(chan worker.Exit), snaps: snaps}
+}
+
+// memSnapshots is placement.SnapshotStore over the records a memWorker's
+// suspends leave: the spec as meta, as a worker's upload stores it.
+type memSnapshots struct {
+	mu    sync.Mutex
+	metas map[string]json.RawMessage
+	times map[string]time.Time
+}
+
+func newMemSnapshots() *memSnapshots {
+	return &memSnapshots{metas: map[string]json.RawMessage{}, times: map[string]time.Time{}}
+}
+
+func (s *memSnapshots) put(name string, spec worker.SandboxSpec, at time.Time) error {
+	meta, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.metas[name], s.times[name] = meta, at
+	return nil
+}
+
+func (s *memSnapshots) Meta(_ context.Context, name string) (json.RawMessage, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	meta, ok := s.metas[name]
+	if !ok {
+		return nil, time.Time{}, errdefs.New(errdefs.ErrNotFound, "no snapshot %s", name)
+	}
+	return meta, s.times[name], nil
+}
+
+func (s *memSnapshots) List(_ context.Context, prefix string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for name := range s.metas {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+func (s *memSnapshots) Delete(_ context.Context, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.metas, name)
+	delete(s.times, name)
+	return nil
 }
 
 func (w *memWorker) has(id string) bool {
@@ -78,11 +133,33 @@ func (w *memWorker) PauseSandbox(context.Context, string) (worker.SandboxStatus,
 func (w *memWorker) ResumeSandbox(context.Context, string) (worker.SandboxStatus, error) {
 	return worker.SandboxStatus{}, errNoLifecycle
 }
-func (w *memWorker) SuspendSandbox(context.Context, string) (worker.SandboxStatus, error) {
-	return worker.SandboxStatus{}, errNoLifecycle
+
+// SuspendSandbox records the sandbox suspended and its snapshot stored.
+func (w *memWorker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, ok := w.vms[id]
+	if !ok {
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	if err := w.snaps.put(worker.SuspendSnapshot(id), st.Spec, time.Now()); err != nil {
+		return worker.SandboxStatus{}, err
+	}
+	st.State = worker.VMSuspended
+	w.vms[id] = st
+	return st, nil
 }
-func (w *memWorker) WakeSandbox(context.Context, string) (worker.SandboxStatus, error) {
-	return worker.SandboxStatus{}, errNoLifecycle
+
+func (w *memWorker) WakeSandbox(_ context.Context, id string) (worker.SandboxStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, ok := w.vms[id]
+	if !ok {
+		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	st.State = worker.VMRunning
+	w.vms[id] = st
+	return st, nil
 }
 func (w *memWorker) Checkpoint(context.Context, string, string) (worker.CheckpointStatus, error) {
 	return worker.CheckpointStatus{}, errNoLifecycle
