@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/bench/internal/apiclient"
 	"github.com/space-sandbox/space/bench/internal/stats"
 )
 
@@ -23,9 +24,9 @@ import (
 func firstCommand(ctx context.Context, c *client, label string, runs, wantReady int, timeout time.Duration) (total, create stats.Series, err error) {
 	total = stats.Series{Name: "create to first command, " + label, Unit: "ms"}
 	create = stats.Series{Name: "  of which create → succeeded, " + label, Unit: "ms"}
-	id, err := c.create(ctx, timeout)
+	id, err := c.Create(ctx, timeout)
 	if id != "" {
-		c.delete(id)
+		c.Delete(id)
 	}
 	if err != nil {
 		return total, create, fmt.Errorf("warm-up create: %w", err)
@@ -35,14 +36,14 @@ func firstCommand(ctx context.Context, c *client, label string, runs, wantReady 
 			return total, create, err
 		}
 		t0 := time.Now()
-		id, err := c.create(ctx, timeout)
+		id, err := c.Create(ctx, timeout)
 		created := time.Since(t0)
 		if err == nil {
-			err = c.execTrue(ctx, id)
+			err = c.ExecTrue(ctx, id)
 		}
 		took := time.Since(t0)
 		if id != "" {
-			c.delete(id)
+			c.Delete(id)
 		}
 		if err != nil {
 			return total, create, fmt.Errorf("run %d: %w", i+1, err)
@@ -51,20 +52,6 @@ func firstCommand(ctx context.Context, c *client, label string, runs, wantReady 
 		create.AddDuration(created)
 	}
 	return total, create, nil
-}
-
-// execTrue runs argv `true` in sandbox id and wants exit 0.
-func (c *client) execTrue(ctx context.Context, id string) error {
-	var res struct {
-		ExitCode *int `json:"exit_code"`
-	}
-	if err := c.do(ctx, "POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"argv": []string{"true"}}, &res, 200); err != nil {
-		return err
-	}
-	if res.ExitCode == nil || *res.ExitCode != 0 {
-		return fmt.Errorf("true exited %v", res.ExitCode)
-	}
-	return nil
 }
 
 // awaitPool polls /metrics until space_pool_ready is at least want.
@@ -94,12 +81,12 @@ func (c *client) awaitPool(ctx context.Context, want int, bound time.Duration) e
 
 // poolReady reads the space_pool_ready gauge.
 func (c *client) poolReady(ctx context.Context) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.url+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", c.URL+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
+	req.Header.Set("Authorization", "Bearer "+c.Key)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -126,7 +113,9 @@ func (c *client) poolReady(ctx context.Context) (int, error) {
 // servers it starts in turn (--pool-size cfg.poolSize, then 0), or once
 // against -url. It returns the series and notes (the ratio of medians).
 func measureFirst(ctx context.Context, cfg config) ([]stats.Series, []string, error) {
-	newClient := func(url, key string) *client { return &client{url: url, key: key, http: &http.Client{}} }
+	newClient := func(url, key string) *client {
+		return &client{&apiclient.Client{URL: url, Key: key, HTTP: &http.Client{}}}
+	}
 	if cfg.url != "" {
 		c := newClient(cfg.url, cfg.key)
 		n, err := c.poolReady(ctx)
@@ -143,7 +132,7 @@ func measureFirst(ctx context.Context, cfg config) ([]stats.Series, []string, er
 		if pool > 0 {
 			label = fmt.Sprintf("pools (--pool-size %d)", pool)
 		}
-		stop, url, key, err := startServer(cfg.spaced, "--pool-size", strconv.Itoa(pool))
+		stop, url, key, err := apiclient.StartServer(cfg.spaced, "--pool-size", strconv.Itoa(pool))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -17,24 +17,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/space-sandbox/space/bench/internal/apiclient"
 	"github.com/space-sandbox/space/bench/internal/stats"
 )
 
@@ -88,30 +81,30 @@ func run(cfg config) error {
 		return nil
 	}
 	if cfg.url == "" {
-		stop, url, key, err := startServer(cfg.spaced, "--pool-size", strconv.Itoa(cfg.poolSize))
+		stop, url, key, err := apiclient.StartServer(cfg.spaced, "--pool-size", strconv.Itoa(cfg.poolSize))
 		if err != nil {
 			return err
 		}
 		defer stop()
 		cfg.url, cfg.key = url, key
 	}
-	c := &client{url: cfg.url, key: cfg.key, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients * 2}}}
-	sbx, err := c.create(ctx, cfg.createTimeout)
+	c := &client{&apiclient.Client{URL: cfg.url, Key: cfg.key, HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients * 2}}}}
+	sbx, err := c.Create(ctx, cfg.createTimeout)
 	if err != nil {
 		return fmt.Errorf("first sandbox: %w", err)
 	}
-	defer c.delete(sbx)
+	defer c.Delete(sbx)
 
 	get := stats.Series{Name: fmt.Sprintf("GET /v1/sandboxes/{id}, %d clients", cfg.clients), Unit: "ms"}
 	getErrs := load(ctx, cfg.clients, cfg.requests, &get, func() error {
-		return c.do(ctx, "GET", "/v1/sandboxes/"+sbx, nil, nil, 200)
+		return c.Do(ctx, "GET", "/v1/sandboxes/"+sbx, nil, nil, 200)
 	})
 	execRT := stats.Series{Name: fmt.Sprintf("exec `true` round trip, %d clients", cfg.clients), Unit: "ms"}
 	execErrs := load(ctx, cfg.clients, cfg.execs, &execRT, func() error {
 		var res struct {
 			ExitCode *int `json:"exit_code"`
 		}
-		if err := c.do(ctx, "POST", "/v1/sandboxes/"+sbx+"/exec", map[string]any{"argv": []string{"true"}}, &res, 200); err != nil {
+		if err := c.Do(ctx, "POST", "/v1/sandboxes/"+sbx+"/exec", map[string]any{"argv": []string{"true"}}, &res, 200); err != nil {
 			return err
 		}
 		if res.ExitCode == nil || *res.ExitCode != 0 {
@@ -131,7 +124,7 @@ func run(cfg config) error {
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			id, err := c.create(ctx, cfg.createTimeout)
+			id, err := c.Create(ctx, cfg.createTimeout)
 			mu.Lock()
 			defer mu.Unlock()
 			if id != "" {
@@ -149,7 +142,7 @@ func run(cfg config) error {
 	}
 	wg.Wait()
 	for _, id := range created {
-		c.delete(id)
+		c.Delete(id)
 	}
 
 	fmt.Printf("bench/api against %s\n", cfg.url)
@@ -192,117 +185,6 @@ func load(ctx context.Context, workers, n int, s *stats.Series, fn func() error)
 	return int(failed.Load())
 }
 
-type client struct {
-	url, key string
-	http     *http.Client
-}
-
-func (c *client) do(ctx context.Context, method, path string, in, out any, want int) error {
-	var body io.Reader
-	if in != nil {
-		b, _ := json.Marshal(in)
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
-}
-
-// create creates a sandbox from base and waits for its operation; it
-// returns the sandbox id whenever one was made, so it can be deleted.
-func (c *client) create(ctx context.Context, timeout time.Duration) (string, error) {
-	var created struct {
-		Sandbox   struct{ ID string }
-		Operation struct{ ID string }
-	}
-	if err := c.do(ctx, "POST", "/v1/sandboxes", map[string]any{"template": "base"}, &created, 202); err != nil {
-		return "", err
-	}
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		var op struct {
-			State string
-			Error *struct{ Code, Message string }
-		}
-		if err := c.do(ctx, "GET", "/v1/operations/"+created.Operation.ID+"?wait=30s", nil, &op, 200); err != nil {
-			return created.Sandbox.ID, err
-		}
-		switch op.State {
-		case "succeeded":
-			return created.Sandbox.ID, nil
-		case "failed", "cancelled":
-			return created.Sandbox.ID, fmt.Errorf("create %s: %+v", op.State, op.Error)
-		}
-	}
-	return created.Sandbox.ID, fmt.Errorf("create not done after %s", timeout)
-}
-
-func (c *client) delete(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var resp struct{ Operation struct{ ID string } }
-	if c.do(ctx, "DELETE", "/v1/sandboxes/"+id, nil, &resp, 202) == nil {
-		c.do(ctx, "GET", "/v1/operations/"+resp.Operation.ID+"?wait=60s", nil, nil, 200)
-	}
-}
-
-var listenRE = regexp.MustCompile(`msg="spaced serving" listen=(\S+)`)
-
-// startServer runs spaced on a temporary data dir with extra flags; stop
-// ends it and unmounts and removes the data dir.
-func startServer(bin string, extra ...string) (stop func(), url, key string, err error) {
-	dir, err := os.MkdirTemp("", "space-bench-api-")
-	if err != nil {
-		return nil, "", "", err
-	}
-	data := filepath.Join(dir, "data")
-	logPath := filepath.Join(dir, "spaced.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, "", "", err
-	}
-	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--data-dir", data, "--quota-sandboxes", "100"}, extra...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, "", "", err
-	}
-	stop = func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		exec.Command("umount", filepath.Join(data, "vol")).Run()
-		os.RemoveAll(dir)
-	}
-	for i := 0; i < 1200; i++ {
-		b, _ := os.ReadFile(logPath)
-		if m := listenRE.FindSubmatch(b); m != nil {
-			k, err := os.ReadFile(filepath.Join(data, "admin.key"))
-			if err != nil {
-				stop()
-				return nil, "", "", err
-			}
-			return stop, "http://" + string(m[1]), strings.TrimSpace(string(k)), nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	b, _ := os.ReadFile(logPath)
-	stop()
-	return nil, "", "", fmt.Errorf("spaced did not start:\n%s", b)
-}
+// client is the API client of package apiclient, with the pool gauge
+// reads of this bench (first.go).
+type client struct{ *apiclient.Client }
