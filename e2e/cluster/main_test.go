@@ -60,7 +60,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/cluster:", err)
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "space-e2e-cluster-")
+	// A short dir: a VM's sockets live under <dir>/workers/<node>/…/
+	// sandboxes/<id>/vm/, and a unix socket path holds at most 107 bytes
+	// (an API sandbox id is 30: "space-e2e-cluster-" made 113).
+	dir, err := os.MkdirTemp("", "sc-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
