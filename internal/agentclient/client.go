@@ -91,14 +91,9 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	t0 := time.Now()
 	ctx, cancel := bounded(ctx, c.timeouts.Connect)
 	defer cancel()
-	conn, err := c.dial(ctx)
+	conn, synced, err := c.dialSynced(ctx)
 	if err != nil {
-		return nil, linkError("dial agent", ctx, err)
-	}
-	synced, err := agentproto.HostSync(ctx, conn)
-	if err != nil {
-		_ = conn.Close()
-		return nil, linkError("agent handshake", ctx, err)
+		return nil, err
 	}
 	sess, err := agentproto.HostSession(synced)
 	if err != nil {
@@ -108,6 +103,39 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	c.sess, c.conn = sess, conn
 	c.log.Debug("agent link up", "took", time.Since(t0))
 	return sess, nil
+}
+
+// firstSyncWait bounds the handshake on a link's first connection; each
+// redial waits twice as long, all within the Connect bound.
+const firstSyncWait = time.Second
+
+// dialSynced dials and runs the sync handshake, redialling when a
+// connection's handshake goes unanswered. A VM resumed after a pause in
+// which its host went away and a new one connected was seen (QEMU, 1 in
+// ~10 such resumes under load) to pass the host's bytes to the agent but
+// none of the agent's back on that connection, for as long as it lasted;
+// a new connection resets the port and the handshake comes up.
+func (c *Client) dialSynced(ctx context.Context) (net.Conn, net.Conn, error) {
+	wait := firstSyncWait
+	for {
+		conn, err := c.dial(ctx)
+		if err != nil {
+			return nil, nil, linkError("dial agent", ctx, err)
+		}
+		attempt, cancel := context.WithTimeout(ctx, wait)
+		synced, err := agentproto.HostSync(attempt, conn)
+		unanswered := errors.Is(attempt.Err(), context.DeadlineExceeded)
+		cancel()
+		if err == nil {
+			return conn, synced, nil
+		}
+		_ = conn.Close()
+		if ctx.Err() != nil || !unanswered {
+			return nil, nil, linkError("agent handshake", ctx, err)
+		}
+		c.log.Debug("agent handshake unanswered; redialling", "waited", wait)
+		wait *= 2
+	}
 }
 
 // linkError classifies a transport failure: the caller's own deadline or

@@ -179,3 +179,28 @@ func TestUnreachableAgent(t *testing.T) {
 		t.Fatalf("closed client: %v", err)
 	}
 }
+
+// A connection that takes the host's bytes and never carries any back (as
+// a QEMU port was seen to after a resume with a new host) must not hold the
+// handshake: the client redials within its connect bound.
+func TestHandshakeRedialsPastDeafConnection(t *testing.T) {
+	e := newEnv(t)
+	var deafDials int
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
+		if deafDials == 0 {
+			deafDials++
+			host, deaf := net.Pipe()
+			go func() { _, _ = io.Copy(io.Discard, deaf) }()
+			t.Cleanup(func() { deaf.Close() })
+			return host, nil
+		}
+		return e.dial(ctx)
+	}, nil)
+	defer c.Close()
+	if _, err := c.Ping(ctxT(t)); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	if deafDials != 1 || e.dials != 1 {
+		t.Fatalf("deaf dials %d, agent dials %d; want 1 and 1", deafDials, e.dials)
+	}
+}
