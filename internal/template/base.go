@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -134,6 +136,9 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	if err := stageBase(ctx, staging, opts.Busybox, busybox, bash, agent); err != nil {
 		return Metadata{}, err
 	}
+	if err := fixTimes(staging); err != nil {
+		return Metadata{}, err
+	}
 	content, err := treeSize(staging)
 	if err != nil {
 		return Metadata{}, fmt.Errorf("template: measure staging: %v: %w", err, errdefs.ErrInternal)
@@ -144,6 +149,9 @@ func BuildBase(ctx context.Context, opts BaseOptions) (Metadata, error) {
 	}
 	image := filepath.Join(out, ImageFile)
 	if err := MakeExt4(ctx, staging, image, size, input); err != nil {
+		return Metadata{}, err
+	}
+	if err := fixChangeTimes(ctx, staging, image); err != nil {
 		return Metadata{}, err
 	}
 	digest, err := imageDigest(ctx, image, defaults)
@@ -328,4 +336,58 @@ func chownErr(err error) error {
 		return fmt.Errorf("template: building an image needs root to set file owners: %w", errdefs.ErrFailedPrecondition)
 	}
 	return stageErr(err)
+}
+
+// fixChangeTimes sets the change and access times of every inode of image
+// that staging's tree made to the epoch's first second, with debugfs:
+// mkfs.ext4 -d copies each source file's ctime, which no call can set on
+// the source, and its atime, which mkfs's own reading of a directory moves.
+func fixChangeTimes(ctx context.Context, staging, image string) error {
+	var script strings.Builder
+	err := filepath.WalkDir(staging, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(staging, path)
+		if err != nil {
+			return err
+		}
+		if strings.ContainsAny(rel, "\"\n") {
+			return fmt.Errorf("template: staged name %q cannot be given to debugfs: %w", rel, errdefs.ErrInternal)
+		}
+		name := "/" + strings.TrimPrefix(rel, ".")
+		// atime too: mkfs reading a staged directory touched it.
+		fmt.Fprintf(&script, "sif \"%s\" ctime 0x1\nsif \"%s\" atime 0x1\n", name, name)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "debugfs", "-w", "-f", "-", image)
+	cmd.Env = append(os.Environ(), "E2FSPROGS_FAKE_TIME=1", "SOURCE_DATE_EPOCH=1") // the superblock's write time
+	cmd.Stdin = strings.NewReader(script.String())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("template: debugfs: %v: %s: %w", err, bytes.TrimSpace(out), errdefs.ErrInternal)
+	}
+	return nil
+}
+
+// fixTimes sets every staged file's access and modification times to the
+// epoch's first second (as SOURCE_DATE_EPOCH=1), symlinks themselves
+// included: mkfs.ext4 -d copies them into the image, so without this two
+// builds of the same inputs differ by when they ran, and the base's digest
+// with them. In a cluster every control replica and worker builds base
+// itself and a sandbox names it by digest, so the digests must agree.
+func fixTimes(root string) error {
+	epoch := []unix.Timespec{{Sec: 1}, {Sec: 1}}
+	return filepath.WalkDir(root, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, epoch, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("template: fix times of %s: %v: %w", path, err, errdefs.ErrInternal)
+		}
+		return nil
+	})
 }
