@@ -28,9 +28,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/space-sandbox/space/internal/cluster/k8s"
 	"github.com/space-sandbox/space/internal/devcluster"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/testenv"
+	"github.com/space-sandbox/space/internal/worker"
 )
 
 // cl is the suite's one cluster, started by TestMain.
@@ -60,16 +66,15 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/cluster:", err)
 		return 1
 	}
-	// A short dir: a VM's sockets live under <dir>/workers/<node>/…/
-	// sandboxes/<id>/vm/, and a unix socket path holds at most 107 bytes
-	// (an API sandbox id is 30: "space-e2e-cluster-" made 113).
+	// A short dir: a VM's sockets live under <dir>/w/<n>/…/sandboxes/<id>/,
+	// and a unix socket path holds at most 107 bytes.
 	dir, err := os.MkdirTemp("", "sc-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
 	cl, err = devcluster.Start(ctx, devcluster.Options{
@@ -87,6 +92,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "e2e/cluster: cluster up in %v\n", time.Since(start).Round(time.Second))
+	start = time.Now()
+	if err := warmWorkers(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e/cluster: warm-up: %v\nlogs (tails):\n%s", err, cl.LogTails(6000))
+		cl.Stop()
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e/cluster: every worker made base's ready snapshot in %v\n", time.Since(start).Round(time.Second))
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "e2e/cluster: logs (tails):\n%s", cl.LogTails(6000))
@@ -101,6 +113,63 @@ func run(m *testing.M) int {
 		code = 1
 	}
 	return code
+}
+
+// warmWorkers has every worker make the base template's ready snapshot
+// (a cold boot, the slow part of a worker's first sandbox) with one Pod
+// pinned to each, so the cases' creates fit --schedule-timeout.
+func warmWorkers(ctx context.Context) error {
+	pods := cl.Kube().CoreV1().Pods(cl.Info.Namespace)
+	var names []string
+	for i, w := range cl.Info.Workers {
+		pod, err := k8s.SandboxPod(worker.SandboxSpec{ID: fmt.Sprintf("sbx_e2ewarm%d", i), Template: "base", VCPUs: 1, MemoryMiB: 256},
+			k8s.PodOptions{Namespace: cl.Info.Namespace})
+		if err != nil {
+			return err
+		}
+		pod.Spec.NodeSelector[corev1.LabelHostname] = w.Name
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		names = append(names, pod.Name)
+	}
+	for _, n := range names {
+		for {
+			p, err := pods.Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase == corev1.PodFailed {
+				return fmt.Errorf("warm-up pod %s failed: %s", n, p.Status.Message)
+			}
+			if podReady(p) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("warm-up pod %s: %w", n, ctx.Err())
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	for _, n := range names {
+		if err := pods.Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	for _, n := range names {
+		for {
+			if _, err := pods.Get(ctx, n, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("warm-up pod %s not deleted: %w", n, ctx.Err())
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // build puts spaced and space-agent into dir.

@@ -24,7 +24,7 @@ import (
 )
 
 // made are the names Start creates in Dir; Stop and Down remove exactly these.
-var made = []string{"kube", "s3", "workers", "controls", "logs", "s3.credentials", "worker.token", "admin.key",
+var made = []string{"kube", "s3", "w", "controls", "logs", "s3.credentials", "worker.token", "admin.key",
 	InfoFile + ".tmp", InfoFile}
 
 // launcherLog is cmd/space-cluster's own log in Dir: Down removes it (the

@@ -29,7 +29,8 @@ func (c *Cluster) startWorker(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	p := &process{name: name, addr: addr, dataDir: filepath.Join(c.opts.Dir, "workers", name),
+	// A short data dir: a VM's sockets live under it (108-byte limit).
+	p := &process{name: name, addr: addr, dataDir: filepath.Join(c.opts.Dir, "w", strconv.Itoa(i+1)),
 		logPath: filepath.Join(c.opts.Dir, "logs", name+".log")}
 	args, _ := withFlags([]string{"worker"}, c.workerFlags,
 		"listen", addr, "data-dir", p.dataDir, "token-file", c.Info.WorkerTokenFile,
