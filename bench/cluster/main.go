@@ -1,0 +1,140 @@
+// Command cluster benchmarks cluster mode on this machine against a single
+// node, printing medians in bench/internal/stats's table:
+//
+//   - create, single node: API create → operation succeeded on a `spaced`
+//     with its worker in process (SQLite), one sandbox at a time;
+//   - create, through the scheduler: the same through a `spaced control`
+//     replica (PostgreSQL), kube-scheduler binding the Pod to one of three
+//     `spaced worker` nodes (internal/devcluster, the launcher of
+//     `make cluster`);
+//   - -burst creates in a row through the scheduler (each waited for, then
+//     deleted), reported as creates per second.
+//
+// Before measuring, every worker and the single node make the base
+// template's ready snapshot (one create each, not counted). Wake on
+// another worker against wake on the same worker is not measured by this
+// command yet (bench/snapshots measures wake on one node); it says so in
+// its output.
+//
+//	go run ./bench/cluster -runs 5 -burst 100
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/space-sandbox/space/bench/internal/stats"
+	"github.com/space-sandbox/space/internal/devcluster"
+)
+
+func main() {
+	runs := flag.Int("runs", 5, "measured creates per setup")
+	burst := flag.Int("burst", 100, "creates in a row through the scheduler")
+	spaced := flag.String("spaced", "bin/spaced", "spaced binary (space-agent beside it)")
+	poolSize := flag.Int("pool-size", 0, "warm pool size of the single node and of every worker")
+	flag.Parse()
+	if err := run(*spaced, *runs, *burst, *poolSize); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(spaced string, runs, burst, poolSize int) error {
+	pool := fmt.Sprint(poolSize)
+	single, err := startSingle(spaced, "--pool-size", pool, "--accel", "auto")
+	if err != nil {
+		return err
+	}
+	defer single.stop()
+	dir, err := os.MkdirTemp("", "space-bench-cluster-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cl, err := devcluster.Start(ctx, devcluster.Options{
+		Dir: dir, Spaced: spaced, ControlAddrs: []string{"127.0.0.1:0"}, Workers: 3,
+		WorkerArgs:  []string{"--accel", "auto", "--pool-size", pool},
+		ControlArgs: []string{"--quota-sandboxes", "100"},
+		Progress:    os.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	key, err := os.ReadFile(cl.Info.AdminKeyFile)
+	if err != nil {
+		return err
+	}
+	control := newClient(cl.ControlURLs()[0], string(key))
+
+	// Ready snapshots first: one create on the single node, one per worker
+	// (three at once, which the scheduler spreads over the idle workers).
+	if err := warm(single.client, 1); err != nil {
+		return fmt.Errorf("single node warm-up: %w", err)
+	}
+	if err := warm(control, len(cl.Info.Workers)); err != nil {
+		return fmt.Errorf("cluster warm-up: %w", err)
+	}
+
+	singleSeries := stats.Series{Name: "create, single node", Unit: "ms"}
+	clusterSeries := stats.Series{Name: "create, through the scheduler", Unit: "ms"}
+	for range runs {
+		for _, m := range []struct {
+			c *client
+			s *stats.Series
+		}{{single.client, &singleSeries}, {control, &clusterSeries}} {
+			d, err := m.c.createOne()
+			if err != nil {
+				return fmt.Errorf("%s: %w", m.s.Name, err)
+			}
+			m.s.AddDuration(d)
+		}
+	}
+	var total time.Duration
+	burstSeries := stats.Series{Name: fmt.Sprintf("%d creates in a row, each", burst), Unit: "ms"}
+	for range burst {
+		d, err := control.createOne()
+		if err != nil {
+			return fmt.Errorf("creates in a row: %w", err)
+		}
+		total += d
+		burstSeries.AddDuration(d)
+	}
+	rate := stats.Series{Name: fmt.Sprintf("%d creates in a row", burst), Unit: "creates/s",
+		Samples: []float64{float64(burst) / total.Seconds()}}
+	fmt.Printf("\nbench/cluster: %d workers of %s, base template, 1 vCPU / 256 MiB, pool size %d\n",
+		len(cl.Info.Workers), filepath.Base(spaced), poolSize)
+	stats.Print(os.Stdout, singleSeries, clusterSeries, burstSeries, rate)
+	fmt.Println("wake on another worker vs the same worker: not measured by this command yet",
+		"(bench/snapshots measures wake on one node)")
+	return nil
+}
+
+// warm creates n sandboxes at once and deletes them.
+func warm(c *client, n int) error {
+	var ids, ops []string
+	for range n {
+		id, op, err := c.create()
+		if err != nil {
+			return err
+		}
+		ids, ops = append(ids, id), append(ops, op)
+	}
+	for i := range ids {
+		if err := c.wait(ops[i], 10*time.Minute); err != nil {
+			return err
+		}
+	}
+	for _, id := range ids {
+		if err := c.delete(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
