@@ -8,13 +8,13 @@
 //     `spaced worker` nodes (internal/devcluster, the launcher of
 //     `make cluster`);
 //   - -burst creates in a row through the scheduler (each waited for, then
-//     deleted), reported as creates per second.
+//     deleted), reported as creates per second;
+//   - wake from suspend to first command (256 MiB and 1 GiB) on the single
+//     node (its own files), and in the cluster on the same worker and on
+//     another one (both from object storage; wake.go).
 //
 // Before measuring, every worker and the single node make the base
-// template's ready snapshot (one create each, not counted). Wake on
-// another worker against wake on the same worker is not measured by this
-// command yet (bench/snapshots measures wake on one node); it says so in
-// its output.
+// template's ready snapshot (one create each, not counted).
 //
 //	go run ./bench/cluster -runs 5 -burst 100
 package main
@@ -110,9 +110,15 @@ func run(spaced string, runs, burst, poolSize int) error {
 		Samples: []float64{float64(burst) / total.Seconds()}}
 	fmt.Printf("\nbench/cluster: %d workers of %s, base template, 1 vCPU / 256 MiB, pool size %d\n",
 		len(cl.Info.Workers), filepath.Base(spaced), poolSize)
-	stats.Print(os.Stdout, singleSeries, clusterSeries, burstSeries, rate)
-	fmt.Println("wake on another worker vs the same worker: not measured by this command yet",
-		"(bench/snapshots measures wake on one node)")
+	var nodes []string
+	for _, w := range cl.Info.Workers {
+		nodes = append(nodes, w.Name)
+	}
+	wakes, err := wakeSeries(single.client, control, cordoner{kube: cl.Kube(), nodes: nodes}, runs)
+	if err != nil {
+		return err
+	}
+	stats.Print(os.Stdout, append([]stats.Series{singleSeries, clusterSeries, burstSeries, rate}, wakes...)...)
 	return nil
 }
 

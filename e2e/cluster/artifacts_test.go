@@ -46,7 +46,7 @@ func (a *api) exec(id, shell string) string {
 // startCommand starts a long-running command session: created, then
 // started by attaching to its events (the stream is left after the
 // "started" event; the command runs on).
-func (a *api) startCommand(id, shell string) {
+func (a *api) startCommand(id, shell string) (commandID string) {
 	a.t.Helper()
 	var cmd struct {
 		Command apiv1.Command `json:"command"`
@@ -69,10 +69,11 @@ func (a *api) startCommand(id, shell string) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if strings.Contains(sc.Text(), `"started"`) {
-			return
+			return cmd.Command.ID
 		}
 	}
 	a.t.Fatalf("command %s in %s never started (HTTP %d, %v)", cmd.Command.ID, id, resp.StatusCode, sc.Err())
+	return ""
 }
 
 // counter reads the background counter of TestBranchOnAnotherWorker.

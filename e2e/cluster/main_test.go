@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,9 +45,13 @@ var cl *devcluster.Cluster
 
 // Suite timings: short, so a dead worker's node reads NotReady in seconds.
 const (
-	nodeLease   = 4 * time.Second
-	nodeGrace   = 8 * time.Second
-	workerCount = 3
+	nodeLease = 4 * time.Second
+	nodeGrace = 8 * time.Second
+	// podToleration is the sandbox Pods' tolerationSeconds for a
+	// not-ready node: a dead worker's sandboxes fail about nodeGrace +
+	// podToleration after its last Lease renewal.
+	podToleration = 5
+	workerCount   = 3
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -83,9 +88,10 @@ func run(m *testing.M) int {
 		Workers:      workerCount, WorkerVCPUs: 2, WorkerMemoryMiB: 2048, WorkerSandboxes: 4,
 		NodeLease: nodeLease, NodeMonitorGracePeriod: nodeGrace,
 		// No warm pools: six idle restored VMs would only load 2 cores.
-		WorkerArgs:  []string{"--accel", "auto", "--pool-size", "0"},
-		ControlArgs: []string{"--schedule-timeout", scheduleTimeout.String(), "--operation-lease", operationLease.String()},
-		Progress:    os.Stderr,
+		WorkerArgs: []string{"--accel", "auto", "--pool-size", "0"},
+		ControlArgs: []string{"--schedule-timeout", scheduleTimeout.String(), "--operation-lease", operationLease.String(),
+			"--pod-toleration-seconds", strconv.Itoa(podToleration)},
+		Progress: os.Stderr,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/cluster:", err)

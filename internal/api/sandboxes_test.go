@@ -262,10 +262,13 @@ func TestVMExitFailsSandbox(t *testing.T) {
 	for _, tc := range []struct {
 		name, code, msg string
 		err             error
+		lost            string
 	}{
-		{"crash", "unavailable", "stopped unexpectedly", errors.New("console: kernel panic")},
+		{"crash", "unavailable", "stopped unexpectedly", errors.New("console: kernel panic"), ""},
+		{"worker lost", "unavailable", "the worker running the sandbox was lost",
+			errors.New("node space-a NotReady: pod evicted"), "the worker running the sandbox was lost"},
 		{"memory limit", "resource_exhausted", "more host memory",
-			fmt.Errorf("vmm exited: %w", errdefs.New(errdefs.ErrResourceExhausted, "qemu: vmm killed by its memory limit"))},
+			fmt.Errorf("vmm exited: %w", errdefs.New(errdefs.ErrResourceExhausted, "qemu: vmm killed by its memory limit")), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, Config{})
@@ -279,9 +282,16 @@ func TestVMExitFailsSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.worker.DeleteSandbox(ctx, sb.ID)
-			e.worker.Exit(sb.ID, tc.err)
+			if tc.lost != "" {
+				e.worker.Lose(sb.ID, tc.err, tc.lost)
+			} else {
+				e.worker.Exit(sb.ID, tc.err)
+			}
 			var got *apiv1.Sandbox
-			for {
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				if time.Now().After(deadline) {
+					t.Fatalf("sandbox still %s 30s after its VM exit", got.State)
+				}
 				got, err = e.alice.GetSandbox(ctx, sb.ID)
 				if err != nil {
 					t.Fatal(err)

@@ -83,12 +83,15 @@ func (c *Cluster) startControl(ctx context.Context, i int) error {
 	p := &process{name: name, addr: addr, dataDir: filepath.Join(c.opts.Dir, "controls", name),
 		logPath: filepath.Join(c.opts.Dir, "logs", name+".log")}
 	args, missing := withFlags([]string{"control"}, c.controlFlags,
-		"listen", addr, "data-dir", p.dataDir, "store", c.Info.Postgres,
+		"listen", addr, "data-dir", p.dataDir,
 		"kubeconfig", c.Info.Kubeconfig, "namespace", c.opts.Namespace,
 		"worker-token-file", c.Info.WorkerTokenFile, "admin-key-file", c.Info.AdminKeyFile,
 		"leader-lease", c.opts.Namespace+"/space-control",
 		"object-store", c.Info.S3, "object-store-credentials-file", c.Info.S3CredentialsFile)
 	p.args = append(args, c.opts.ControlArgs...)
+	// The DSN holds the database password: in the environment
+	// (spaced's $SPACE_STORE), not on a command line every user's ps shows.
+	p.env = []string{"SPACE_STORE=" + c.Info.Postgres}
 	if i == 0 && len(missing) > 0 {
 		c.progress("controls run without %s (this spaced control has no such flag)", strings.Join(missing, ", "))
 	}

@@ -25,6 +25,7 @@ const stopGrace = 30 * time.Second
 type process struct {
 	name, addr, dataDir, logPath string
 	args                         []string
+	env                          []string // added to spaced's environment (secrets: not in ps)
 	cmd                          *exec.Cmd
 	done                         chan struct{}
 }
@@ -42,6 +43,9 @@ func (p *process) start(bin string) error {
 		return err
 	}
 	cmd := exec.Command(bin, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.cmd, p.done = cmd, make(chan struct{})

@@ -168,6 +168,9 @@ func (s *Service) handleExit(ctx context.Context, ex worker.Exit) {
 	case store.SandboxRunning, store.SandboxPausing, store.SandboxPaused, store.SandboxSuspending, store.SandboxWaking:
 		s.logger.Error("sandbox VM stopped unexpectedly", "sandbox", sb.ID, "err", ex.Err)
 		pub := errdefs.New(errdefs.ErrUnavailable, "the sandbox's VM stopped unexpectedly")
+		if ex.Lost != "" {
+			pub = errdefs.New(errdefs.ErrUnavailable, "%s", ex.Lost)
+		}
 		if errdefs.ClassOf(ex.Err) == errdefs.ErrResourceExhausted {
 			// The VMM's cgroup memory limit killed it (worker/local, vmm/qemu).
 			pub = errdefs.New(errdefs.ErrResourceExhausted, "the sandbox's VM was stopped: it used more host memory than its memory size allows")

@@ -48,6 +48,10 @@ type ControlConfig struct {
 	// ScheduleTimeout bounds a create's wait for kube-scheduler and the
 	// worker; an unplaced sandbox then ends resource_exhausted.
 	ScheduleTimeout time.Duration
+	// PodTolerationSeconds is how long a sandbox Pod stays bound to a
+	// not-ready or unreachable node before it is evicted and its sandbox
+	// fails as lost (k8s.DefaultTolerationSeconds by default).
+	PodTolerationSeconds int64
 	// ObjectStore is the s3:// URL of snapshots and template images, and
 	// ObjectStoreCredentialsFile its keys (empty: SPACE_S3_ACCESS_KEY and
 	// SPACE_S3_SECRET_KEY). Empty URL: none.
@@ -80,6 +84,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	fs.DurationVar(&cfg.LeaderLeaseDuration, "leader-lease-duration", 15*time.Second, "how long the leader Lease lasts unrenewed")
 	fs.DurationVar(&cfg.OperationLeaseTTL, "operation-lease", operation.DefaultLeaseTTL, "how long an operation lease lasts unrenewed before another replica takes the operation over")
 	fs.DurationVar(&cfg.ScheduleTimeout, "schedule-timeout", 2*time.Minute, "bound on a create's wait for a worker; then it ends resource_exhausted")
+	fs.Int64Var(&cfg.PodTolerationSeconds, "pod-toleration-seconds", k8s.DefaultTolerationSeconds, "how long a sandbox Pod stays on a not-ready or unreachable worker node before it is evicted and its sandbox fails as lost")
 	fs.StringVar(&cfg.ObjectStore, "object-store", "", "s3://bucket/prefix?endpoint=host:port of snapshots and template images")
 	fs.StringVar(&cfg.ObjectStoreCredentialsFile, "object-store-credentials-file", "", "file with access_key= and secret_key= lines (default $"+objstore.EnvAccessKey+", $"+objstore.EnvSecretKey+")")
 	var features multiFlag
@@ -143,6 +148,8 @@ func (cfg ControlConfig) check() error {
 		return fmt.Errorf("spaced control needs --admin-key-file: the bootstrap admin key (space_ and 32 or more characters)")
 	case cfg.Namespace == "":
 		return fmt.Errorf("--namespace must not be empty")
+	case cfg.PodTolerationSeconds <= 0:
+		return fmt.Errorf("--pod-toleration-seconds must be positive")
 	case cfg.ScheduleTimeout <= 0 || cfg.OperationLeaseTTL <= 0 || cfg.LeaderLeaseDuration <= 0:
 		return fmt.Errorf("--schedule-timeout, --operation-lease and --leader-lease-duration must be positive")
 	case cfg.MaxConnsPerClient < 0:

@@ -69,7 +69,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	pl, err := placement.New(pctx, kube, placement.Config{Namespace: cfg.Namespace, ScheduleTimeout: cfg.ScheduleTimeout,
-		Dial: dial, Snapshots: controlSnapshots(obj), Logger: log.With("component", "placement")})
+		TolerationSeconds: cfg.PodTolerationSeconds, Dial: dial, Snapshots: controlSnapshots(obj), Logger: log.With("component", "placement")})
 	cancel()
 	if err != nil {
 		return err

@@ -104,6 +104,9 @@ type CheckpointStatus struct {
 type Exit struct {
 	SandboxID string
 	Err       error // internal cause (console tail in details); never shown raw
+	// Lost says why the VM is gone in words a tenant may read, when the
+	// worker knows ("" otherwise), as SandboxStatus.Lost does.
+	Lost string
 }
 
 // Worker runs sandboxes on one host.

@@ -251,6 +251,12 @@ var _ worker.Worker = (*Worker)(nil)
 // Exit reports that sandbox id's VM stopped on its own.
 func (w *Worker) Exit(id string, err error) { w.exits <- worker.Exit{SandboxID: id, Err: err} }
 
+// Lose reports the sandbox's VM gone with the tenant-safe words a cluster's
+// placement gives (worker.Exit.Lost), e.g. for a worker that died.
+func (w *Worker) Lose(id string, err error, why string) {
+	w.exits <- worker.Exit{SandboxID: id, Err: err, Lost: why}
+}
+
 // VM returns the fake VM of a sandbox (nil when there is none).
 func (w *Worker) VM(id string) *VM {
 	w.mu.Lock()

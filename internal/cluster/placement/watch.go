@@ -160,7 +160,7 @@ func (p *Placement) loseNow(id, why string, pod *corev1.Pod) {
 		return
 	}
 	p.log.Warn("sandbox lost", "sandbox", id, "pod", pod.Name, "node", pod.Spec.NodeName, "why", why)
-	p.exits.push(worker.Exit{SandboxID: id, Err: errdefs.New(errdefs.ErrUnavailable, "%s", why)})
+	p.exits.push(worker.Exit{SandboxID: id, Err: errdefs.New(errdefs.ErrUnavailable, "%s", why), Lost: why})
 }
 
 // fail reports the Exit of a sandbox whose worker failed its Pod, unless
@@ -195,7 +195,7 @@ func (p *Placement) failNow(id string, pod *corev1.Pod) {
 		return
 	}
 	p.log.Warn("sandbox failed on its worker", "sandbox", id, "pod", pod.Name, "node", pod.Spec.NodeName, "reason", pod.Status.Reason, "why", why)
-	p.exits.push(worker.Exit{SandboxID: id, Err: err})
+	p.exits.push(worker.Exit{SandboxID: id, Err: err, Lost: why})
 }
 
 // exitQueue is an unbounded queue in front of the Exits channel, so the
