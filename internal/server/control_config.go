@@ -50,7 +50,7 @@ type ControlConfig struct {
 	ScheduleTimeout time.Duration
 	// PodTolerationSeconds is how long a sandbox Pod stays bound to a
 	// not-ready or unreachable node before it is evicted and its sandbox
-	// fails as lost (k8s.DefaultTolerationSeconds by default).
+	// fails as lost (0: k8s.DefaultTolerationSeconds, the flag's default).
 	PodTolerationSeconds int64
 	// ObjectStore is the s3:// URL of snapshots and template images, and
 	// ObjectStoreCredentialsFile its keys (empty: SPACE_S3_ACCESS_KEY and
@@ -148,8 +148,8 @@ func (cfg ControlConfig) check() error {
 		return fmt.Errorf("spaced control needs --admin-key-file: the bootstrap admin key (space_ and 32 or more characters)")
 	case cfg.Namespace == "":
 		return fmt.Errorf("--namespace must not be empty")
-	case cfg.PodTolerationSeconds <= 0:
-		return fmt.Errorf("--pod-toleration-seconds must be positive")
+	case cfg.PodTolerationSeconds < 0:
+		return fmt.Errorf("--pod-toleration-seconds must not be negative")
 	case cfg.ScheduleTimeout <= 0 || cfg.OperationLeaseTTL <= 0 || cfg.LeaderLeaseDuration <= 0:
 		return fmt.Errorf("--schedule-timeout, --operation-lease and --leader-lease-duration must be positive")
 	case cfg.MaxConnsPerClient < 0:

@@ -27,6 +27,7 @@ func TestParseControlFlags(t *testing.T) {
 		{[]string{"--store", "postgres://u@db/space", "--worker-token-file", "t"}, "--admin-key-file"},
 		{append(base, "--leader-lease", "no-slash"), "namespace/name"},
 		{append(base, "--schedule-timeout", "0s"), "positive"},
+		{append(base, "--pod-toleration-seconds", "-1"), "negative"},
 		{append(base, "--object-store", "s3://bucket"), "--object-store"},
 		{append(base, "extra"), "unexpected arguments"},
 	} {
