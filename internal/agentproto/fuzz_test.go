@@ -71,12 +71,22 @@ func FuzzReadFrame(f *testing.F) {
 	})
 }
 
+// compact is raw's JSON value in one canonical spelling: decoded (numbers
+// kept exact, a repeated key's last value, as every decoder here reads it)
+// and encoded again, so that two spellings of one value compare equal —
+// WriteFrame escapes "&" as \u0026, as encoding/json does.
 func compact(raw json.RawMessage) []byte {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		return raw
 	}
-	return b.Bytes()
+	b, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return b
 }
 
 // FuzzReadEvent feeds arbitrary bytes to the event decoder (both the raw
