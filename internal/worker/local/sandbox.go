@@ -197,21 +197,11 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 			m.Spec.Template, m.Spec.VCPUs, m.Spec.MemoryMiB, m.Spec.DiskMiB
 	}
 	spec = w.withNetwork(spec)
-	sb := newSandbox(spec, w.dir(spec.ID), w.log)
-	w.mu.Lock()
-	if _, dup := w.sandboxes[spec.ID]; dup {
-		w.mu.Unlock()
-		return worker.SandboxStatus{}, fmt.Errorf("sandbox %s exists: %w", spec.ID, errdefs.ErrConflict)
+	sb, done, err := w.register(ctx, spec)
+	if err != nil {
+		return worker.SandboxStatus{}, err
 	}
-	w.sandboxes[spec.ID] = sb
-	w.mu.Unlock()
-	sb.op.Lock()
-	defer sb.op.Unlock()
-	defer func() {
-		if err != nil {
-			w.teardown(context.WithoutCancel(ctx), sb)
-		}
-	}()
+	defer func() { done(err) }()
 
 	started := time.Now()
 	ph := startPhases()

@@ -32,21 +32,11 @@ func (w *Worker) createFromSnapshot(ctx context.Context, req worker.SandboxSpec)
 	if req.FromSnapshot != worker.SuspendSnapshot(req.ID) {
 		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrInvalidArgument, "sandbox %s can only wake from its own snapshot %s", req.ID, worker.SuspendSnapshot(req.ID))
 	}
-	sb := newSandbox(req, w.dir(req.ID), w.log)
-	w.mu.Lock()
-	if _, dup := w.sandboxes[req.ID]; dup {
-		w.mu.Unlock()
-		return worker.SandboxStatus{}, fmt.Errorf("sandbox %s exists: %w", req.ID, errdefs.ErrConflict)
+	sb, done, err := w.register(ctx, req)
+	if err != nil {
+		return worker.SandboxStatus{}, err
 	}
-	w.sandboxes[req.ID] = sb
-	w.mu.Unlock()
-	sb.op.Lock()
-	defer sb.op.Unlock()
-	defer func() {
-		if err != nil {
-			w.teardown(context.WithoutCancel(ctx), sb)
-		}
-	}()
+	defer func() { done(err) }()
 
 	started := time.Now()
 	dir, meta, release, err := store.Fetch(ctx, req.FromSnapshot)
