@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -89,66 +87,4 @@ func (s *Store) removePrefix(ctx context.Context, prefix string) (int, error) {
 		return 0, firstErr
 	}
 	return len(objs), nil
-}
-
-// GCStats says what one GC pass removed.
-type GCStats struct {
-	Uploads int // abandoned uploads removed
-	Objects int // chunk objects removed
-}
-
-var chunkKeyPattern = regexp.MustCompile(`^([0-9a-f]{32})/`)
-
-// GC removes the chunks no manifest refers to — what a crashed upload or a
-// failed delete left — once nothing has been written to them for grace (an
-// upload in progress writes a chunk at least every few seconds; an hour is
-// a safe grace). It reads every manifest first and stops on any it cannot
-// read, so it never deletes the chunks of an object it failed to see.
-func (s *Store) GC(ctx context.Context, grace time.Duration) (GCStats, error) {
-	referenced := map[string]bool{}
-	for _, kind := range []string{kindSnapshot, kindImage} {
-		names, err := s.list(ctx, kind, "")
-		if err != nil {
-			return GCStats{}, err
-		}
-		for _, name := range names {
-			m, err := s.stat(ctx, kind, name)
-			if errors.Is(err, errdefs.ErrNotFound) {
-				continue // deleted meanwhile
-			}
-			if err != nil {
-				return GCStats{}, fmt.Errorf("gc: %w", err)
-			}
-			referenced[m.Upload] = true
-		}
-	}
-	base := s.key("chunks") + "/"
-	newest := map[string]time.Time{}
-	for obj := range s.client.ListObjects(ctx, s.loc.Bucket, minio.ListObjectsOptions{Prefix: base, Recursive: true}) {
-		if obj.Err != nil {
-			return GCStats{}, s.classify("gc: list chunks", obj.Err)
-		}
-		match := chunkKeyPattern.FindStringSubmatch(strings.TrimPrefix(obj.Key, base))
-		if match == nil || referenced[match[1]] {
-			continue
-		}
-		if t := newest[match[1]]; obj.LastModified.After(t) {
-			newest[match[1]] = obj.LastModified
-		}
-	}
-	var stats GCStats
-	cutoff := time.Now().Add(-grace)
-	for upload, t := range newest {
-		if t.After(cutoff) {
-			continue
-		}
-		n, err := s.removePrefix(ctx, s.chunkPrefix(upload))
-		if err != nil {
-			return stats, fmt.Errorf("gc: %w", err)
-		}
-		stats.Uploads++
-		stats.Objects += n
-		s.log.InfoContext(ctx, "removed an abandoned upload", "upload", upload, "objects", n)
-	}
-	return stats, nil
 }

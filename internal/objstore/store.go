@@ -12,6 +12,31 @@
 // mismatch or a missing chunk. Cache is the worker's local copy of
 // downloaded objects, bounded in bytes.
 //
+// Garbage collection (Collect, run on the control plane's leader). Two
+// things become garbage: the chunks of an upload that never got its
+// manifest (a crashed or cut upload, or a delete that removed the manifest
+// and failed on the chunks), and complete objects nobody wants any more
+// (the snapshot of a deleted sandbox, a deleted checkpoint, the image of a
+// template no record names), which only the caller can judge
+// (GCOptions.Keep). The rule for uploads in flight: an upload writes its
+// chunks one after another (at most Parallel at a time) and its manifest
+// right after the last, so while it runs its newest chunk is seconds old.
+// GC removes the chunks of an upload without a manifest only when the
+// newest of them is older than the grace age, and it lists the manifests
+// before the chunks, so an upload that completes during a pass has fresh
+// chunks and is left alone. A complete object goes only when its manifest
+// was written more than the grace age ago and Keep says no twice (while
+// the pass decides, and again just before the delete), and only while its
+// name still holds the upload the pass saw. So the grace age must exceed
+// the longest pause inside one upload, the time between an object's upload
+// and the record naming it (a template is published before it is
+// recorded), and the clock skew between GC's host and the store (ages are
+// the store's LastModified against the local clock); an hour covers all
+// three. One window is left: an image is put once (PutImage returns the
+// stored one), so a template recorded again with a digest in the instant
+// between GC's last Keep and its delete loses the image, and workers fail
+// its fetch not_found until it is built again.
+//
 // It owns the bucket's layout under its prefix and nothing else: it knows
 // nothing of sandboxes, the worker or the API, and never logs credentials.
 package objstore

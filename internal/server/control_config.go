@@ -57,6 +57,8 @@ type ControlConfig struct {
 	// SPACE_S3_SECRET_KEY). Empty URL: none.
 	ObjectStore                string
 	ObjectStoreCredentialsFile string
+	// ObjectGC is the leader's garbage collection of the object store.
+	ObjectGC ObjectGCConfig
 
 	// Serving, when set, is called with the bound API address once it
 	// listens (tests and `make cluster` start on port 0).
@@ -87,6 +89,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	fs.Int64Var(&cfg.PodTolerationSeconds, "pod-toleration-seconds", k8s.DefaultTolerationSeconds, "how long a sandbox Pod stays on a not-ready or unreachable worker node before it is evicted and its sandbox fails as lost")
 	fs.StringVar(&cfg.ObjectStore, "object-store", "", "s3://bucket/prefix?endpoint=host:port of snapshots and template images")
 	fs.StringVar(&cfg.ObjectStoreCredentialsFile, "object-store-credentials-file", "", "file with access_key= and secret_key= lines (default $"+objstore.EnvAccessKey+", $"+objstore.EnvSecretKey+")")
+	registerObjectGCFlags(fs, &cfg.ObjectGC)
 	var features multiFlag
 	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
 	var sourceRoots multiFlag
@@ -156,6 +159,9 @@ func (cfg ControlConfig) check() error {
 		return fmt.Errorf("--max-conns-per-client must be 0 or more, not %d", cfg.MaxConnsPerClient)
 	}
 	if _, _, err := splitLease(cfg.LeaderLease); err != nil {
+		return err
+	}
+	if err := cfg.ObjectGC.check(); err != nil {
 		return err
 	}
 	if cfg.ObjectStore != "" {

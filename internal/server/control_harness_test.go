@@ -194,7 +194,10 @@ type replica struct {
 }
 
 // startReplica starts a control replica and waits until it serves.
-func (c *controlCluster) startReplica(name string) *replica {
+func (c *controlCluster) startReplica(name string) *replica { return c.startReplicaWith(name, nil) }
+
+// startReplicaWith is startReplica with the config changed by tweak first.
+func (c *controlCluster) startReplicaWith(name string, tweak func(*ControlConfig)) *replica {
 	t := c.t
 	t.Helper()
 	proxyDSN, cut := pgProxy(t, c.dsn)
@@ -208,6 +211,9 @@ func (c *controlCluster) startReplica(name string) *replica {
 		LeaderLease: c.ns + "/space-control", LeaderLeaseDuration: testLeaderLease,
 		OperationLeaseTTL: testOpLease, ScheduleTimeout: testScheduleLimit,
 		Serving: func(a string) { addr <- a },
+	}
+	if tweak != nil {
+		tweak(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{name: name, cancel: cancel, done: make(chan error, 1), cut: cut}

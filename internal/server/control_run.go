@@ -106,7 +106,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	// over now; those of live replicas stay theirs.
 	ops.TakeOverExpired()
 
-	if err := runLeaderLoops(ctx, cfg, kube, identity, srv, &td, log); err != nil {
+	if err := runLeaderLoops(ctx, cfg, kube, identity, srv, &td, log, objectGC(cfg.ObjectGC, obj, db, log)); err != nil {
 		return err
 	}
 	return serveAPI(ctx, cfg.Config, srv, db, log, func(addr string) {
@@ -160,10 +160,16 @@ func controlReady(ctx context.Context, db store.Store) error {
 const liveReconcileEvery = time.Minute
 
 // leaderLoops are what the leader runs until its leadership ends: srv.Run
-// (worker exits, expiry, idle suspend) and, at once and then every
-// liveReconcileEvery, the reconcile of live sandboxes.
-func leaderLoops(ctx context.Context, srv *api.Server, log *slog.Logger) {
+// (worker exits, expiry, idle suspend), at once and then every
+// liveReconcileEvery the reconcile of live sandboxes, and the other loops
+// in also (nil ones skipped: the object store's GC when it is off).
+func leaderLoops(ctx context.Context, srv *api.Server, log *slog.Logger, also ...func(context.Context)) {
 	var wg sync.WaitGroup
+	for _, loop := range also {
+		if loop != nil {
+			wg.Go(func() { loop(ctx) })
+		}
+	}
 	wg.Go(func() {
 		tick := time.NewTicker(liveReconcileEvery)
 		defer tick.Stop()
@@ -185,7 +191,8 @@ func leaderLoops(ctx context.Context, srv *api.Server, log *slog.Logger) {
 // runLeaderLoops campaigns for the leader Lease in the background and runs
 // the singleton loops (leaderLoops) while this replica leads. td stops the campaign (releasing the Lease) before
 // the engine closes.
-func runLeaderLoops(ctx context.Context, cfg ControlConfig, kube kubeClientset, identity string, srv *api.Server, td *teardown, log *slog.Logger) error {
+func runLeaderLoops(ctx context.Context, cfg ControlConfig, kube kubeClientset, identity string, srv *api.Server, td *teardown, log *slog.Logger,
+	also ...func(context.Context)) error {
 	ns, name, err := splitLease(cfg.LeaderLease)
 	if err != nil {
 		return err
@@ -196,7 +203,7 @@ func runLeaderLoops(ctx context.Context, cfg ControlConfig, kube kubeClientset, 
 	go func() {
 		done <- leader.RunAsLeader(bg, leader.Config{Client: kube, Namespace: ns, Name: name, Identity: identity,
 			LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 7, Logger: log.With("component", "leader")},
-			func(leading context.Context) { leaderLoops(leading, srv, log) })
+			func(leading context.Context) { leaderLoops(leading, srv, log, also...) })
 	}()
 	td.add(func() {
 		stop()
