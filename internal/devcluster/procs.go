@@ -25,6 +25,7 @@ const stopGrace = 30 * time.Second
 type process struct {
 	name, addr, dataDir, logPath string
 	args                         []string
+	baseArgs                     []string // the args it started with (RestartWorkerWith)
 	env                          []string // added to spaced's environment (secrets: not in ps)
 	cmd                          *exec.Cmd
 	done                         chan struct{}

@@ -2,7 +2,9 @@
 // binaries (package postgresql), started once per test process in a
 // temporary directory owned by the postgres system user (PostgreSQL refuses
 // to run as root), listening only on a unix socket there, with password
-// authentication and fsync off. Each test gets a database of its own.
+// authentication and fsync off (a commit is written to the WAL before it is
+// acknowledged, so a killed server loses nothing it confirmed; only a crash
+// of the machine would). Each test gets a database of its own.
 // A missing server fails the test with a message naming the package; it
 // never skips (CI installs it with make setup).
 //
@@ -51,11 +53,15 @@ const (
 type Server struct {
 	dir      string // data dir, socket dir and log, owned by the server's user
 	password string // of the superuser "space"
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	release  chan struct{} // ends the goroutine whose thread started the server
+	bin      string
+	cred     *syscall.Credential
 	stopOnce sync.Once
 	stopErr  error
+
+	mu      sync.Mutex // guards the current launch (Restart replaces it)
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	release chan struct{} // ends the goroutine whose thread started the server
 }
 
 var (
@@ -185,7 +191,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, password: randomHex(16), exited: make(chan struct{}), release: make(chan struct{})}
+	s := &Server{dir: dir, password: randomHex(16), bin: bin, cred: cred}
 	if err := s.start(bin, cred); err != nil {
 		s.Stop()
 		return nil, err
@@ -239,43 +245,171 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 		return fmt.Errorf("initdb: %v: %s", err, tail(out))
 	}
 	os.Remove(pwfile)
+	return s.launch(ctx)
+}
 
+// launch runs the postgres server on the initialised data dir and waits
+// until it answers.
+func (s *Server) launch(ctx context.Context) error {
+	bin, cred, data := s.bin, s.cred, filepath.Join(s.dir, "data")
 	logPath := filepath.Join(s.dir, "server.log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", s.dir, "-c", "listen_addresses=",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200",
+	if cred != nil {
+		_ = os.Chown(logPath, int(cred.Uid), int(cred.Gid))
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", s.dir, "-c", "listen_addresses=",
+		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200",
 		"-c", "shared_buffers=32MB")
-	s.cmd.Dir, s.cmd.Env = s.dir, serverEnv()
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	cmd.Dir, cmd.Env = s.dir, serverEnv()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The server dies with this process (a killed test leaves no server):
 	// the death signal follows the thread that started it, so that thread
 	// stays locked to a goroutine until Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	exited, release := make(chan struct{}), make(chan struct{})
 	startErr := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		err := s.cmd.Start()
+		err := cmd.Start()
 		startErr <- err
 		if err != nil {
 			return
 		}
-		go func() { s.cmd.Wait(); close(s.exited) }()
-		<-s.release
+		go func() { cmd.Wait(); close(exited) }()
+		<-release
 	}()
 	if err := <-startErr; err != nil {
+		close(release)
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	if err := s.awaitReady(ctx); err != nil {
-		s.Stop()
+	if err := s.awaitReady(ctx, exited); err != nil {
+		cmd.Process.Kill()
+		<-exited
+		close(release)
 		log, _ := os.ReadFile(logPath)
 		return fmt.Errorf("postgres did not become ready: %v: %s", err, tail(log))
 	}
+	s.mu.Lock()
+	s.cmd, s.exited, s.release = cmd, exited, release
+	s.mu.Unlock()
 	return nil
+}
+
+// PID is the postmaster's process id (of the current launch).
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Exited is closed when the current launch's postmaster has ended (killed,
+// for instance, by a test that SIGKILLs it by its PID).
+func (s *Server) Exited() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited == nil { // nothing runs
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return s.exited
+}
+
+// Kill SIGKILLs the whole server, as a crash of its host would: the
+// postmaster and every backend it forked (a postmaster killed alone
+// leaves its backends serving the connections they have). The postmaster
+// is stopped first, so it forks nothing while its children are listed.
+// It waits until the postmaster has exited; Restart brings the server
+// back.
+func (s *Server) Kill() error {
+	pid := s.PID()
+	if pid == 0 {
+		return errors.New("pgtest: no server runs")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pgtest: stop postmaster %d: %w", pid, err)
+	}
+	for _, child := range childrenOf(pid) {
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("pgtest: kill postmaster %d: %w", pid, err)
+	}
+	select {
+	case <-s.Exited():
+		return nil
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("pgtest: postmaster %d did not exit after SIGKILL", pid)
+	}
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		rest := string(b)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		if f := strings.Fields(rest); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// restartTimeout bounds Restart: the backends of a killed postmaster must
+// notice its death and exit before a new one may use the data dir.
+const restartTimeout = 2 * time.Minute
+
+// Restart starts the server again on the same data dir, socket and
+// password after its postmaster died (a crash, or a SIGKILL by its PID),
+// as a crashed server is restarted: PostgreSQL recovers from its WAL. It
+// waits for the old postmaster to be gone and retries while the dead
+// server's backends still hold its shared memory.
+func (s *Server) Restart(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, restartTimeout)
+	defer cancel()
+	select {
+	case <-s.Exited():
+	case <-ctx.Done():
+		return fmt.Errorf("pgtest restart: the running postmaster (pid %d) did not exit", s.PID())
+	}
+	s.mu.Lock()
+	if s.release != nil {
+		close(s.release)
+	}
+	s.cmd, s.exited, s.release = nil, nil, nil
+	s.mu.Unlock()
+	for {
+		err := s.launch(ctx) // a failed launch leaves nothing running
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgtest restart: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // serverEnv is a small, fixed environment (no PG* variables of the caller).
@@ -283,7 +417,7 @@ func serverEnv() []string {
 	return []string{"PATH=/usr/bin:/bin", "LANG=C", "LC_ALL=C", "TZ=UTC"}
 }
 
-func (s *Server) awaitReady(ctx context.Context) error {
+func (s *Server) awaitReady(ctx context.Context, exited <-chan struct{}) error {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := s.exec(cctx, "SELECT 1")
@@ -292,7 +426,7 @@ func (s *Server) awaitReady(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-s.exited:
+		case <-exited:
 			return errors.New("the server exited")
 		case <-ctx.Done():
 			return err
@@ -310,19 +444,22 @@ func (s *Server) Stop() error {
 
 func (s *Server) stop() error {
 	defer os.RemoveAll(s.dir)
-	defer close(s.release)
-	if s.cmd == nil || s.cmd.Process == nil {
+	s.mu.Lock()
+	cmd, exited, release := s.cmd, s.exited, s.release
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
 		return nil
 	}
-	s.cmd.Process.Signal(syscall.SIGINT)
+	defer close(release)
+	cmd.Process.Signal(syscall.SIGINT)
 	select {
-	case <-s.exited:
+	case <-exited:
 		return nil
 	case <-time.After(stopTimeout):
 	}
-	s.cmd.Process.Kill()
-	<-s.exited
-	return fmt.Errorf("postgres (pid %d) ignored the fast shutdown for %v and was killed", s.cmd.Process.Pid, stopTimeout)
+	cmd.Process.Kill()
+	<-exited
+	return fmt.Errorf("postgres (pid %d) ignored the fast shutdown for %v and was killed", cmd.Process.Pid, stopTimeout)
 }
 
 func tail(b []byte) string {

@@ -57,11 +57,15 @@ type Server struct {
 	LogFile   string
 	PID       int
 
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	opts     Options
+	ports    []int
 	grpc     []int // gRPC ports, whose /tmp sockets weed may leave behind
 	stopOnce sync.Once
 	stopErr  error
+
+	mu     sync.Mutex // guards the current launch (Restart replaces it)
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // URL is the objstore location of the server's bucket (prefix empty).
@@ -114,10 +118,27 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	if err := writeS3Config(config, opts.AccessKey, opts.SecretKey); err != nil {
 		return nil, err
 	}
-	logFile := filepath.Join(opts.DataDir, "weed.log")
-	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p := func(i int) string { return strconv.Itoa(ports[i]) }
+	s := &Server{
+		Endpoint: net.JoinHostPort("127.0.0.1", p(6)), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey,
+		Bucket: opts.Bucket, DataDir: opts.DataDir, LogFile: filepath.Join(opts.DataDir, "weed.log"),
+		opts: opts, ports: ports, grpc: []int{ports[1], ports[3], ports[5], ports[7]},
+	}
+	if err := s.launch(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch runs weed on the server's ports and data dir and waits until it
+// serves.
+func (s *Server) launch(ctx context.Context) error {
+	opts, ports := s.opts, s.ports
+	config := filepath.Join(opts.DataDir, "s3.json")
+	log, err := os.OpenFile(s.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("s3test: %v", err)
+		return fmt.Errorf("s3test: %v", err)
 	}
 	defer log.Close()
 	p := func(i int) string { return strconv.Itoa(ports[i]) }
@@ -143,20 +164,59 @@ func start(ctx context.Context, opts Options) (*Server, error) {
 	if !opts.Detached {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
+	// A killed weed leaves its unix sockets; a new one cannot bind them.
+	s.removeSockets()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("s3test: start weed: %v", err)
+		return fmt.Errorf("s3test: start weed: %v", err)
 	}
-	s := &Server{
-		Endpoint: net.JoinHostPort("127.0.0.1", p(6)), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey,
-		Bucket: opts.Bucket, DataDir: opts.DataDir, LogFile: logFile, PID: cmd.Process.Pid,
-		cmd: cmd, exited: make(chan struct{}), grpc: []int{ports[1], ports[3], ports[5], ports[7]},
-	}
-	go func() { cmd.Wait(); close(s.exited) }()
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited, s.PID = cmd, exited, cmd.Process.Pid
+	s.mu.Unlock()
 	if err := s.waitReady(ctx, opts.ReadyTimeout); err != nil {
-		s.Stop()
-		return nil, fmt.Errorf("s3test: weed (log %s): %w", logFile, err)
+		return fmt.Errorf("s3test: weed (log %s): %w", s.LogFile, err)
 	}
-	return s, nil
+	return nil
+}
+
+// Kill SIGKILLs weed by its PID, as a crash would, and waits until it has
+// exited; Restart brings it back.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("s3test: kill weed %d: %w", cmd.Process.Pid, err)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(15 * time.Second):
+		return fmt.Errorf("s3test: weed pid %d did not exit after SIGKILL", cmd.Process.Pid)
+	}
+}
+
+// Restart starts weed again after it died (Kill, or a crash) on the same
+// ports, data dir and credentials, so its clients' endpoint stays valid,
+// and waits until it serves the bucket again.
+func (s *Server) Restart(ctx context.Context) error {
+	select {
+	case <-s.Exited():
+	default:
+		return fmt.Errorf("s3test: weed pid %d still runs", s.PID)
+	}
+	return s.launch(ctx)
+}
+
+func (s *Server) removeSockets() {
+	for _, port := range s.grpc {
+		for _, name := range []string{"master", "volume", "filer", "s3"} {
+			os.Remove(fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", name, port))
+		}
+	}
+	os.Remove(filepath.Join(s.DataDir, "filer.sock"))
+	os.Remove(filepath.Join(s.DataDir, "s3.sock"))
 }
 
 // waitReady polls the S3 endpoint until it accepts the credentials, then
@@ -184,8 +244,8 @@ func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 		select {
-		case <-s.exited:
-			return fmt.Errorf("exited before its S3 endpoint answered: %v", s.cmd.ProcessState)
+		case <-s.Exited():
+			return errors.New("exited before its S3 endpoint answered")
 		case <-ctx.Done():
 			return fmt.Errorf("S3 endpoint %s did not answer within %v: %v", s.Endpoint, timeout, err)
 		case <-tick.C:
@@ -218,30 +278,40 @@ func (s *Server) Stop() error {
 }
 
 func (s *Server) stop() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
 	select {
-	case <-s.exited:
+	case <-exited:
 		return nil
 	default:
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return nil // already gone
 	}
 	select {
-	case <-s.exited:
+	case <-exited:
 		return nil
 	case <-time.After(15 * time.Second):
 	}
-	s.cmd.Process.Kill()
+	cmd.Process.Kill()
 	select {
-	case <-s.exited:
+	case <-exited:
 		return nil
 	case <-time.After(15 * time.Second):
-		return fmt.Errorf("s3test: weed pid %d did not exit after SIGKILL", s.PID)
+		return fmt.Errorf("s3test: weed pid %d did not exit after SIGKILL", cmd.Process.Pid)
 	}
 }
 
-// Exited is closed when the weed process has ended.
-func (s *Server) Exited() <-chan struct{} { return s.exited }
+// Exited is closed when the current weed process has ended.
+func (s *Server) Exited() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exited
+}
 
 func writeS3Config(path, access, secret string) error {
 	type cred struct {
