@@ -14,14 +14,20 @@
 //
 // Inside Atomic, the context handed to fn carries the transaction: a call on
 // the outer Store with that context joins it. The DSN's password never
-// appears in an error or a log.
+// appears in an error or a log. A database that cannot be reached or went
+// away (killed, restarting) is errdefs.ErrUnavailable on every call, and
+// the pool reconnects by itself once it is back.
 package postgres
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,8 +60,12 @@ type conn struct {
 	q    querier
 }
 
-// connectTimeout bounds Open's first connection and migration.
-const connectTimeout = 30 * time.Second
+// connectTimeout bounds Open's first connection and migration; dialTimeout
+// each new connection of the pool, unless the DSN says connect_timeout.
+const (
+	connectTimeout = 30 * time.Second
+	dialTimeout    = 5 * time.Second
+)
 
 // Open connects to the database dsn names (a postgres:// or postgresql://
 // URL, or key=value pairs) and migrates it to the newest schema.
@@ -65,6 +75,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "invalid PostgreSQL DSN %s: %s", Redact(dsn), scrub(err, dsn))
 	}
 	password := cfg.ConnConfig.Password
+	// A request has no deadline of its own: a connect to a host that went
+	// silent must not hang it (a refused or vanished socket fails at once).
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = dialTimeout
+	}
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -218,6 +233,25 @@ func pgCode(err error) string {
 	return ""
 }
 
+// unreachable reports whether err says the database cannot be reached or
+// went away: a failed connect, a connection cut mid-statement (the server
+// killed or restarted), or the server refusing work while it shuts down,
+// starts or recovers (SQLSTATE class 08 and 57P01-57P03, 53300 too many
+// connections). The API answers these 503, never as an internal error.
+func unreachable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ENOENT):
+		return true
+	}
+	code := pgCode(err)
+	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+}
+
 // retryable reports whether err is a transaction's lost serialization race.
 func retryable(err error) bool {
 	c := pgCode(err)
@@ -234,6 +268,9 @@ func dbErr(what string, err error) error {
 		return fmt.Errorf("%s: %w: %w", what, errdefs.ErrCancelled, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w: %w", what, errdefs.ErrDeadlineExceeded, err)
+	}
+	if unreachable(err) {
+		return fmt.Errorf("%s: database unreachable: %w: %w", what, errdefs.ErrUnavailable, err)
 	}
 	switch pgCode(err) {
 	case codeUniqueViolation:
