@@ -3,8 +3,6 @@ package server
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,9 +71,8 @@ const DefaultLeaderLeaseName = "space-control"
 func ParseControlFlags(args []string) (ControlConfig, error) {
 	var cfg ControlConfig
 	fs := flag.NewFlagSet("spaced control", flag.ContinueOnError)
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address the API serves on")
-	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/space", "scratch directory (template builds and their logs); the state is in --store")
-	fs.StringVar(&cfg.Store, "store", os.Getenv(StoreEnv), "the PostgreSQL database the replicas share: a postgres:// or postgresql:// URL (default $"+StoreEnv+")")
+	flags := registerConfigFlags(fs, &cfg.Config, "scratch directory (template builds and their logs); the state is in --store")
+	flags.registerAPI(fs, "the PostgreSQL database the replicas share: a postgres:// or postgresql:// URL (default $"+StoreEnv+")")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster config)")
 	fs.StringVar(&cfg.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
 	fs.StringVar(&cfg.WorkerTokenFile, "worker-token-file", "", "file holding the worker protocol's token (required)")
@@ -90,47 +87,13 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	fs.StringVar(&cfg.ObjectStore, "object-store", "", "s3://bucket/prefix?endpoint=host:port of snapshots and template images")
 	fs.StringVar(&cfg.ObjectStoreCredentialsFile, "object-store-credentials-file", "", "file with access_key= and secret_key= lines (default $"+objstore.EnvAccessKey+", $"+objstore.EnvSecretKey+")")
 	registerObjectGCFlags(fs, &cfg.ObjectGC)
-	var features multiFlag
-	fs.Var(&features, "feature", "enable an incubating feature gate (repeatable)")
-	var sourceRoots multiFlag
-	fs.Var(&sourceRoots, "template-source-root", "host directory template builds may read oci/rootfs paths from, besides <data-dir>/imports (repeatable)")
-	var registryAllow multiFlag
-	fs.Var(&registryAllow, "template-registry-allow", "registries (host[:port],…) template image pulls may reach on loopback, private or this host's addresses (repeatable)")
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into built templates")
-	fs.IntVar(&cfg.DefaultQuota.MaxSandboxes, "quota-sandboxes", 20, "default per-tenant limit on live sandboxes")
-	fs.IntVar(&cfg.DefaultQuota.MaxVCPUs, "quota-vcpus", 32, "default per-tenant limit on vCPUs of live sandboxes")
-	fs.IntVar(&cfg.DefaultQuota.MaxMemoryMiB, "quota-memory-mib", 32768, "default per-tenant limit on memory of live sandboxes")
-	fs.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", DefaultMaxConnsPerClient,
-		"open connections one client (remote IP) may hold (0: no bound; behind a proxy every client is the proxy)")
-	fs.BoolVar(&cfg.E2BRefuseInternet, "e2b-refuse-internet", false, "refuse E2B creates with allow_internet_access: true (403)")
-	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return ControlConfig{}, err
 	}
-	if fs.NArg() > 0 {
-		return ControlConfig{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	cfg.Features = features
-	for _, root := range sourceRoots {
-		abs, err := filepath.Abs(root)
-		if err != nil {
-			return ControlConfig{}, err
-		}
-		cfg.TemplateSourceRoots = append(cfg.TemplateSourceRoots, abs)
-	}
-	for _, v := range registryAllow {
-		for _, r := range strings.Split(v, ",") {
-			if r = strings.TrimSpace(r); r != "" {
-				cfg.TemplateRegistryAllow = append(cfg.TemplateRegistryAllow, r)
-			}
-		}
-	}
-	abs, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
+	if err := flags.finish(fs); err != nil {
 		return ControlConfig{}, err
 	}
-	cfg.DataDir = abs
 	if cfg.LeaderLease == "" {
 		cfg.LeaderLease = cfg.Namespace + "/" + DefaultLeaderLeaseName
 	}

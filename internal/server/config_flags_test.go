@@ -1,0 +1,80 @@
+package server
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The flag groups the roles share parse the same way in each role that
+// has them, and a role refuses the flags of a group it does not have.
+func TestSharedFlagGroups(t *testing.T) {
+	t.Setenv(StoreEnv, "")
+	t.Chdir(t.TempDir())
+	wd, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := []string{"--store", "postgres://u@db/space", "--worker-token-file", "t", "--admin-key-file", "a"}
+	every := []string{"--data-dir", "rel", "--feature", "x", "--feature", "y", "--log-level", "debug"}
+	api := []string{"--template-registry-allow", "reg:5000, 10.0.0.5", "--template-source-root", "src", "--quota-vcpus", "7"}
+	host := []string{"--egress-ca-file", "ca.pem", "--pool-size", "3", "--accel", "tcg"}
+	wantEvery := func(role string, cfg Config) {
+		t.Helper()
+		if cfg.DataDir != filepath.Join(wd, "rel") || !slices.Equal(cfg.Features, []string{"x", "y"}) || cfg.LogLevel != "debug" {
+			t.Errorf("%s: every role's flags: data dir %q, features %q, log level %q", role, cfg.DataDir, cfg.Features, cfg.LogLevel)
+		}
+	}
+	wantAPI := func(role string, cfg Config) {
+		t.Helper()
+		if !slices.Equal(cfg.TemplateRegistryAllow, []string{"reg:5000", "10.0.0.5"}) ||
+			!slices.Equal(cfg.TemplateSourceRoots, []string{filepath.Join(wd, "src")}) || cfg.DefaultQuota.MaxVCPUs != 7 {
+			t.Errorf("%s: API flags: registries %q, source roots %q, vCPU quota %d", role, cfg.TemplateRegistryAllow, cfg.TemplateSourceRoots, cfg.DefaultQuota.MaxVCPUs)
+		}
+	}
+	wantHost := func(role string, cfg Config) {
+		t.Helper()
+		if !slices.Equal(cfg.EgressCAFiles, []string{filepath.Join(wd, "ca.pem")}) || cfg.PoolSize != 3 || cfg.Accel != "tcg" {
+			t.Errorf("%s: host flags: egress CAs %q, pool size %d, accel %q", role, cfg.EgressCAFiles, cfg.PoolSize, cfg.Accel)
+		}
+	}
+
+	single, err := ParseFlags(slices.Concat(every, api, host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEvery("single node", single)
+	wantAPI("single node", single)
+	wantHost("single node", single)
+	ctl, err := ParseControlFlags(slices.Concat(control, every, api))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEvery("control", ctl.Config)
+	wantAPI("control", ctl.Config)
+	wkr, err := ParseWorkerFlags(slices.Concat(every, host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEvery("worker", wkr.Config)
+	wantHost("worker", wkr.Config)
+
+	if _, err := ParseControlFlags(slices.Concat(control, []string{"--pool-size", "3"})); err == nil || !strings.Contains(err.Error(), "pool-size") {
+		t.Errorf("control took a host flag: %v", err)
+	}
+	if _, err := ParseWorkerFlags([]string{"--quota-vcpus", "7"}); err == nil || !strings.Contains(err.Error(), "quota-vcpus") {
+		t.Errorf("worker took an API flag: %v", err)
+	}
+	for role, parse := range map[string]func([]string) error{
+		"single node": func(a []string) error { _, err := ParseFlags(a); return err },
+		"worker":      func(a []string) error { _, err := ParseWorkerFlags(a); return err },
+	} {
+		if err := parse([]string{"--accel", "hvf"}); err == nil || !strings.Contains(err.Error(), "--accel") {
+			t.Errorf("%s: --accel hvf: %v", role, err)
+		}
+		if err := parse([]string{"stray"}); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
+			t.Errorf("%s: a positional argument: %v", role, err)
+		}
+	}
+}
