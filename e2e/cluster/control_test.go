@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -86,14 +85,12 @@ func TestControlKilledMidOperation(t *testing.T) {
 	if c := op.Error.Code; c != "aborted" && c != "resource_exhausted" {
 		t.Errorf("the taken-over create ended %s, want aborted or resource_exhausted", errorOf(op))
 	}
-	// The take-over ends the operation, then makes the sandbox true: it
-	// may read creating for an instant after the operation is done.
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if sb := r1.sandbox(id); sb.State != "failed" {
-			return fmt.Errorf("sandbox after the taken-over create: %s, want failed", sb.State)
-		}
-		return nil
-	})
+	// The take-over makes the sandbox true before it ends the operation:
+	// read right after the operation is terminal, the sandbox is failed
+	// already, never still creating.
+	if sb := r1.sandbox(id); sb.State != "failed" {
+		t.Fatalf("sandbox read as soon as the taken-over create was %s: %s, want failed", op.State, sb.State)
+	}
 	waitNoPod(t, id)
 }
 

@@ -354,6 +354,19 @@ func (s *Server) Run(ctx context.Context) {
 	s.svc.Run(ctx)
 }
 
+// RunLeader is Run without the worker's exits: what a cluster's leader
+// runs (expiry, idle suspend, pruning) until ctx ends.
+func (s *Server) RunLeader(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.pruneIdempotency(ctx)
+	s.svc.RunExpiry(ctx)
+}
+
+// RunExits handles the worker's exits until ctx ends or they close: every
+// control replica of a cluster runs it (see sandbox.Service.RunExits).
+func (s *Server) RunExits(ctx context.Context) { s.svc.RunExits(ctx) }
+
 func (s *Server) pruneIdempotency(ctx context.Context) {
 	tick := time.NewTicker(time.Hour)
 	defer tick.Stop()
@@ -407,8 +420,8 @@ func (s *Server) recorded(h operation.Handler) operation.Handler {
 // ReconcileTakenOver makes the targets of operations taken over from a lost
 // control replica true (see sandbox.Service.ReconcileTakenOver): pass it to
 // the operation engine as its TakenOver.
-func (s *Server) ReconcileTakenOver(ctx context.Context, ended []*store.Operation) {
-	s.svc.ReconcileTakenOver(ctx, ended)
+func (s *Server) ReconcileTakenOver(ctx context.Context, op *store.Operation) (rerun bool) {
+	return s.svc.ReconcileTakenOver(ctx, op)
 }
 
 // ReconcileLive fails running and paused sandboxes whose VM is gone (see

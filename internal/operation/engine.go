@@ -54,10 +54,17 @@ type Config struct {
 	// DefaultLeaseTTL); leases are renewed, and expired ones of other
 	// engines taken over, every LeaseTTL/3.
 	LeaseTTL time.Duration
-	// TakenOver, when set, gets the running operations this engine ended
-	// because their engine's lease ran out, so that their targets' state
-	// can be made true (pending ones it runs itself).
-	TakenOver func(ctx context.Context, ended []*store.Operation)
+	// TakenOver, when set, gets each running operation this engine took
+	// over because its engine's lease ran out (pending ones it runs
+	// itself), while the operation still runs, leased here: it makes the
+	// target's state true, and then the engine ends the operation failed
+	// "aborted", or, when TakenOver returns rerun, runs its handler again
+	// here and records that outcome (for a handler that finishes from
+	// wherever its lost run stopped, such as a delete). So no client sees
+	// the operation ended while its target still says otherwise, and a
+	// replica lost in the middle of this leaves the operation running for
+	// the next take-over to do again: TakenOver must be idempotent.
+	TakenOver func(ctx context.Context, op *store.Operation) (rerun bool)
 }
 
 // cancelGrace is how long Close waits for cancelled handlers to return.
@@ -72,7 +79,7 @@ type Engine struct {
 
 	owner     string
 	ttl       time.Duration
-	takenOver func(ctx context.Context, ended []*store.Operation)
+	takenOver func(ctx context.Context, op *store.Operation) (rerun bool)
 	loopDone  chan struct{} // closed when the lease loop has stopped
 
 	baseCtx context.Context
@@ -218,14 +225,49 @@ func (e *Engine) drain(target string) {
 		e.queues[target] = q[1:]
 		e.mu.Unlock()
 
+		e.startAndRun(id)
+	}
+}
+
+// startAndRun waits for a slot and for id's target to be free (no
+// operation of it running on any replica sharing the store), starts id and
+// runs it. An operation cancelled, taken over or finished meanwhile is
+// dropped; one the engine's close finds waiting stays pending.
+func (e *Engine) startAndRun(id string) {
+	wait := turnPollMin
+	for {
 		select {
 		case e.sem <- struct{}{}:
 		case <-e.baseCtx.Done():
 			e.forget(id)
-			continue // closed: the loop ends above
+			return
 		}
-		e.run(id)
+		op, holder, err := e.start(id)
+		if op != nil {
+			e.run(op)
+			<-e.sem
+			return
+		}
 		<-e.sem
+		if holder == nil {
+			if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+				e.log.Error("start operation", "op", id, "err", err)
+			}
+			e.forget(id) // cancelled, recovered or taken over before it started
+			return
+		}
+		// Another operation of the target runs (here, taken over, or on
+		// another replica): wait for it to end, or poll the store.
+		changed, mine := e.changed(holder.ID), e.changed(id)
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-mine: // cancelled meanwhile
+		case <-t.C:
+		case <-e.baseCtx.Done():
+		}
+		t.Stop()
+		wait = min(wait*2, turnPollMax)
 	}
 }
 

@@ -2,6 +2,7 @@ package operation
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"time"
@@ -18,10 +19,13 @@ import (
 // replica took the operation over) cannot overwrite the new owner's
 // verdict. The same loop takes over operations whose lease ran out: a
 // pending one is run here (its submit's changes are committed, so running
-// it is what its replica would have done); a running one ends failed
-// "aborted", because a handler half done on a lost replica cannot be
-// resumed, and TakenOver hands it to the caller to make its target's state
-// true. With one replica every lease is its own and nothing changes hands.
+// it is what its replica would have done); a running one goes to
+// TakenOver, still running, so the caller makes its target's state true,
+// and only then ends failed "aborted" (a handler half done on a lost
+// replica cannot be resumed), unless TakenOver asks for its handler to run
+// again. A running operation holds its target (store.StartOperation), so
+// nothing else starts on that target until it has ended. With one replica
+// every lease is its own and nothing changes hands.
 
 // DefaultLeaseTTL is how long an operation lease lasts without renewal.
 const DefaultLeaseTTL = 30 * time.Second
@@ -123,7 +127,6 @@ func (e *Engine) takeOver() {
 		e.log.Warn("take over expired operations", "err", err)
 		return
 	}
-	var ended []*store.Operation
 	for _, op := range ops {
 		e.mu.Lock()
 		mine := e.known[op.ID]
@@ -134,20 +137,74 @@ func (e *Engine) takeOver() {
 			e.log.Warn("took over a pending operation of a lost control replica", "op", op.ID, "type", op.Type, "target", op.Target)
 			e.enqueue(op)
 		default:
-			done, err := e.abort(ctx, op.ID, "its control replica was lost while it ran")
-			if err != nil {
-				e.log.Error("end operation of a lost control replica", "op", op.ID, "err", err)
-				continue
+			e.mu.Lock()
+			if e.closed {
+				e.mu.Unlock()
+				continue // its lease runs out again; the next taker settles it
 			}
-			if done != nil {
-				e.log.Warn("ended a running operation of a lost control replica", "op", op.ID, "type", op.Type, "target", op.Target)
-				ended = append(ended, done)
-			}
+			e.known[op.ID] = true // renewed from now on
+			e.wg.Add(1)
+			e.mu.Unlock()
+			go e.settleTakenOver(op)
 		}
 	}
-	if len(ended) > 0 && e.takenOver != nil {
-		e.takenOver(ctx, ended)
+}
+
+// settleTakenOver ends a running operation taken over from a lost replica:
+// TakenOver makes its target true first, while it still runs (so it still
+// holds its target: no other operation on it starts), then it ends failed
+// "aborted", or its handler runs again here. An engine closing before that
+// is done leaves it running under a lease that runs out, for another
+// replica to settle.
+func (e *Engine) settleTakenOver(op *store.Operation) {
+	defer e.wg.Done()
+	defer e.forget(op.ID)
+	select {
+	case e.sem <- struct{}{}:
+	case <-e.baseCtx.Done():
+		return
 	}
+	defer func() { <-e.sem }()
+	ctx, cancel := context.WithCancel(e.baseCtx)
+	defer cancel()
+	e.mu.Lock()
+	e.cancels[op.ID] = cancel
+	e.mu.Unlock()
+	log := e.log.With("op", op.ID, "type", op.Type, "target", op.Target)
+	log.Warn("took over a running operation of a lost control replica: settling its target before it ends")
+	rerun, err := e.reconcile(ctx, op)
+	if err != nil {
+		log.Error("settle the target of a taken-over operation", "err", err)
+	}
+	if e.baseCtx.Err() != nil {
+		return // closing: not known to be settled
+	}
+	if rerun && err == nil {
+		log.Warn("running a taken-over operation again")
+		e.execute(ctx, op)
+		return
+	}
+	done, err := e.abort(context.WithoutCancel(ctx), op.ID, "its control replica was lost while it ran")
+	if err != nil {
+		log.Error("end operation of a lost control replica", "err", err)
+		return
+	}
+	if done != nil {
+		log.Warn("ended a running operation of a lost control replica")
+	}
+}
+
+// reconcile calls TakenOver, turning a panic into an error.
+func (e *Engine) reconcile(ctx context.Context, op *store.Operation) (rerun bool, err error) {
+	if e.takenOver == nil {
+		return false, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("take-over hook panicked: %v: %w", r, errdefs.ErrInternal)
+		}
+	}()
+	return e.takenOver(ctx, op), nil
 }
 
 // abort ends an unfinished operation this engine holds as failed "aborted".
@@ -171,7 +228,7 @@ func (e *Engine) abort(ctx context.Context, id, why string) (*store.Operation, e
 
 // TakeOverExpired runs one take-over pass now, as the lease loop does every
 // LeaseTTL/3: pending operations whose lease ran out are run here, running
-// ones end failed "aborted" and go to TakenOver. A control replica calls it
+// ones go to TakenOver and then end failed "aborted" (or run again). A control replica calls it
 // at start instead of Recover: its Owner is new (host, pid and a random
 // part), so no lease is its own leftover, and an operation another live
 // replica holds is never touched, only those whose replica stopped

@@ -93,7 +93,7 @@ func (r *replicaStore) scannedAfter(t time.Time) bool {
 	return len(r.scans) > 0 && r.scans[len(r.scans)-1].After(t)
 }
 
-func replica(t *testing.T, s store.Store, owner string, ttl time.Duration, takenOver func(context.Context, []*store.Operation)) *operation.Engine {
+func replica(t *testing.T, s store.Store, owner string, ttl time.Duration, takenOver func(context.Context, *store.Operation) bool) *operation.Engine {
 	eng := operation.New(operation.Config{Store: s, Owner: owner, LeaseTTL: ttl, TakenOver: takenOver})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -113,8 +113,8 @@ func tenantOf(t *testing.T, s store.Store) string {
 
 // TestTakeOverFromLostReplica: replica A runs one operation and has a second
 // queued behind it when it loses the store. Its leases run out; replica B
-// ends the running one aborted (handing it to TakenOver) and runs the queued
-// one itself. When A reaches the store again it finds its lease gone, its
+// hands the running one to TakenOver while it still runs, then ends it
+// aborted, and runs the queued one itself. When A reaches the store again it finds its lease gone, its
 // handler is cancelled, and its late verdict does not overwrite B's.
 func TestTakeOverFromLostReplica(t *testing.T) {
 	for _, be := range backends {
@@ -148,18 +148,24 @@ func TestTakeOverFromLostReplica(t *testing.T) {
 			}
 			viewA.cut(true)
 
-			taken := make(chan []*store.Operation, 4)
-			b := replica(t, shared, "replica-b", ttl, func(_ context.Context, ended []*store.Operation) { taken <- ended })
+			taken := make(chan *store.Operation, 4)
+			b := replica(t, shared, "replica-b", ttl, func(ctx context.Context, op *store.Operation) bool {
+				// The target is settled before the operation ends.
+				if cur, err := shared.GetOperation(ctx, store.AnyTenant, op.ID); err != nil || cur.State != store.OpRunning {
+					t.Errorf("TakenOver of %s found it %+v, %v: ended before its target was settled", op.ID, cur, err)
+				}
+				taken <- op
+				return false
+			})
 			var ranOnB atomic.Int32
 			b.Register(store.OpCreate, func(ctx context.Context, op *store.Operation, _ operation.ProgressFunc) (any, error) {
 				ranOnB.Add(1)
 				return map[string]string{"by": "b"}, nil
 			})
 			select {
-			case ended := <-taken:
-				if len(ended) != 1 || ended[0].ID != running.ID || ended[0].State != store.OpFailed ||
-					ended[0].Error == nil || ended[0].Error.Code != "aborted" {
-					t.Fatalf("TakenOver got %+v, want the running operation aborted", ended)
+			case op := <-taken:
+				if op.ID != running.ID || op.State != store.OpRunning || op.LeaseOwner != "replica-b" {
+					t.Fatalf("TakenOver got %+v, want the running operation, leased to B", op)
 				}
 			case <-ctx.Done():
 				t.Fatal("B never took over the running operation")
@@ -229,7 +235,10 @@ func TestRenewedLeaseIsKept(t *testing.T) {
 			first := op.LeaseExpiresAt
 
 			viewB := &replicaStore{Store: shared}
-			b := replica(t, viewB, "replica-b", ttl, func(context.Context, []*store.Operation) { t.Error("B took over a renewed lease") })
+			b := replica(t, viewB, "replica-b", ttl, func(context.Context, *store.Operation) bool {
+				t.Error("B took over a renewed lease")
+				return false
+			})
 			b.Register(store.OpCreate, g.handler)
 			// Past A's first deadline (plus the clocks' resolution), by B's scans.
 			for !viewB.scannedAfter(first.Add(10 * time.Millisecond)) {

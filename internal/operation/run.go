@@ -14,33 +14,55 @@ import (
 // finishTimeout bounds the store writes that record an operation's end.
 const finishTimeout = 30 * time.Second
 
-// run executes one queued operation and records how it ended.
-func (e *Engine) run(id string) {
+// How often an operation waiting for its target polls the store: from
+// turnPollMin, doubling to turnPollMax (the end of a holder this engine
+// runs wakes it at once).
+const (
+	turnPollMin = 50 * time.Millisecond
+	turnPollMax = time.Second
+)
+
+// start moves a queued operation to running (see store.StartOperation): it
+// returns the started operation, or the operation of the target that runs
+// now (then nothing changed), or neither when it may not start (an error,
+// or a conflict: cancelled, recovered, or its lease is no longer this
+// engine's). An engine closed meanwhile starts nothing.
+func (e *Engine) start(id string) (op, holder *store.Operation, err error) {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, nil, nil // stays pending; Recover at the next start ends it
+	}
+	ctx, cancel := context.WithTimeout(e.baseCtx, finishTimeout)
+	defer cancel()
+	op, holder, err = e.store.StartOperation(ctx, id, e.owner)
+	if err != nil {
+		return nil, nil, err
+	}
+	return op, holder, nil
+}
+
+// run executes one started operation and records how it ended.
+func (e *Engine) run(op *store.Operation) {
+	id := op.ID
 	defer e.forget(id)
 	ctx, cancel := context.WithCancel(e.baseCtx)
 	defer cancel()
+	e.mu.Lock()
+	e.cancels[id] = cancel
+	e.mu.Unlock()
+	e.notify(id)
+	e.execute(ctx, op)
+}
+
+// execute runs op's handler (op is running and leased here) and records
+// how it ended.
+func (e *Engine) execute(ctx context.Context, op *store.Operation) {
+	id := op.ID
 	// Store writes about the operation must not fail because the operation
 	// itself was cancelled.
 	storeCtx := context.WithoutCancel(ctx)
-
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return // stays pending; Recover at the next start ends it
-	}
-	e.cancels[id] = cancel
-	e.mu.Unlock()
-
-	// Claimed before it runs: the lease taken at submit (or take-over)
-	// must still be this engine's.
-	op, err := e.store.TransitionOperation(storeCtx, id, []store.OperationState{store.OpPending}, store.OpRunning, e.guard(nil))
-	if err != nil {
-		if errdefs.ClassOf(err) != errdefs.ErrConflict {
-			e.log.Error("start operation", "op", id, "err", err)
-		}
-		return // cancelled, recovered or taken over before it started
-	}
-	e.notify(id)
 
 	e.mu.Lock()
 	h := e.handlers[op.Type]

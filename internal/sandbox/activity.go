@@ -9,26 +9,47 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 )
 
-// DefaultActivityFlush is how stale the store's last_activity_at may get
-// before a touch writes it (Config.ActivityFlush): activity is kept in
-// memory between writes, so busy sandboxes do not cost a write per
-// request, and a restart loses at most this much of it. An attached event
-// stream touches its sandbox this often, so that in a cluster the replica
-// running idle expiry (the leader) sees a stream attached to another
-// replica as activity at most this old.
+// DefaultActivityFlush is the longest the store's last_activity_at lags
+// behind a sandbox's activity (Config.ActivityFlush): activity is kept in
+// memory and written at most once per flush interval per sandbox, so busy
+// sandboxes do not cost a write per request, and activity that came
+// between two writes is written when the interval ends (a trailing
+// write). A sandbox with an idle_timeout flushes every quarter of it
+// (never more often than minActivityFlush), so the replica running idle
+// expiry (a cluster's leader) reads, well before the timeout passes, the
+// activity another replica saw; an attached event stream touches its
+// sandbox at that interval too.
 const DefaultActivityFlush = 30 * time.Second
+
+// minActivityFlush bounds how often one sandbox's activity is written.
+const minActivityFlush = 250 * time.Millisecond
+
+// activityFlushFor is the flush interval of a sandbox with idle timeout
+// idleSeconds (none: most).
+func activityFlushFor(idleSeconds int, most time.Duration) time.Duration {
+	if idleSeconds <= 0 {
+		return most
+	}
+	return min(max(time.Duration(idleSeconds)*time.Second/4, minActivityFlush), most)
+}
 
 // idleRetry is how long idle expiry waits before it submits another suspend
 // for a sandbox whose last one did not take it out of running or paused.
 const idleRetry = time.Minute
 
+// activityWriteTimeout bounds a trailing activity write.
+const activityWriteTimeout = 10 * time.Second
+
 // lifecycleState is the in-memory part of idle expiry: the newest activity
-// of each sandbox, the event streams attached to it now (a sandbox with an
-// attached stream is never idle), and the idle suspends submitted.
+// of each sandbox, when it was last written and at what interval it is,
+// the event streams attached to it now (a sandbox with an attached stream
+// is never idle), and the idle suspends submitted.
 type lifecycleState struct {
 	mu       sync.Mutex
 	last     map[string]time.Time
 	flushed  map[string]time.Time
+	every    map[string]time.Duration
+	trail    map[string]*time.Timer
 	streams  map[string]int
 	idleSubs map[string]time.Time
 	// stops are closed when a sandbox leaves running, to end its streams.
@@ -37,26 +58,75 @@ type lifecycleState struct {
 
 func newLifecycleState() *lifecycleState {
 	return &lifecycleState{last: map[string]time.Time{}, flushed: map[string]time.Time{},
+		every: map[string]time.Duration{}, trail: map[string]*time.Timer{},
 		streams: map[string]int{}, idleSubs: map[string]time.Time{}, stops: map[string]chan struct{}{}}
 }
 
-// touch records command or stream activity on a sandbox.
+// flushEvery is the activity flush interval of a sandbox, from its idle
+// timeout (read from the store once per sandbox and kept).
+func (s *Service) flushEvery(ctx context.Context, sandboxID string) time.Duration {
+	l := s.life
+	l.mu.Lock()
+	d, ok := l.every[sandboxID]
+	l.mu.Unlock()
+	if ok {
+		return d
+	}
+	sb, err := s.store.GetSandbox(context.WithoutCancel(ctx), store.AnyTenant, sandboxID)
+	if err != nil {
+		return s.cfg.ActivityFlush // unknown now: not kept
+	}
+	d = activityFlushFor(sb.IdleTimeoutSeconds, s.cfg.ActivityFlush)
+	l.mu.Lock()
+	l.every[sandboxID] = d
+	l.mu.Unlock()
+	return d
+}
+
+// Touch records command or stream activity on a sandbox: in memory now,
+// in the store at most once per flush interval (the activity of the
+// interval that ends unwritten is written when it ends).
 func (s *Service) Touch(ctx context.Context, sandboxID string) {
+	every := s.flushEvery(ctx, sandboxID)
 	now := time.Now().UTC()
 	l := s.life
 	l.mu.Lock()
 	l.last[sandboxID] = now
-	flush := now.Sub(l.flushed[sandboxID]) >= s.cfg.ActivityFlush
+	since := now.Sub(l.flushed[sandboxID])
+	flush := since >= every
 	if flush {
 		l.flushed[sandboxID] = now
+	} else if l.trail[sandboxID] == nil {
+		l.trail[sandboxID] = time.AfterFunc(every-since, func() { s.flushTrailing(sandboxID) })
 	}
 	l.mu.Unlock()
-	if !flush {
+	if flush {
+		s.writeActivity(context.WithoutCancel(ctx), sandboxID, now)
+	}
+}
+
+// flushTrailing writes the activity that came after a sandbox's last write.
+func (s *Service) flushTrailing(sandboxID string) {
+	l := s.life
+	l.mu.Lock()
+	delete(l.trail, sandboxID)
+	last, ok := l.last[sandboxID]
+	if !ok || !last.After(l.flushed[sandboxID]) {
+		l.mu.Unlock()
 		return
 	}
-	_, err := s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sandboxID, nil, "", func(sb *store.Sandbox) error {
-		if sb.LastActivityAt.Before(now) {
-			sb.LastActivityAt = now
+	l.flushed[sandboxID] = time.Now().UTC()
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), activityWriteTimeout)
+	defer cancel()
+	s.writeActivity(ctx, sandboxID, last)
+}
+
+// writeActivity moves the store's last_activity_at of a sandbox forward to at.
+func (s *Service) writeActivity(ctx context.Context, sandboxID string, at time.Time) {
+	_, err := s.store.TransitionSandbox(ctx, store.AnyTenant, sandboxID, nil, "", func(sb *store.Sandbox) error {
+		if sb.LastActivityAt.Before(at) {
+			sb.LastActivityAt = at
 		}
 		return nil
 	})
@@ -66,7 +136,8 @@ func (s *Service) Touch(ctx context.Context, sandboxID string) {
 }
 
 // StreamAttached counts an event stream attached to a sandbox until the
-// returned func is called.
+// returned func is called; meanwhile it touches the sandbox every flush
+// interval, so replicas that do not see the stream see it as activity.
 func (s *Service) StreamAttached(ctx context.Context, sandboxID string) func() {
 	s.Touch(ctx, sandboxID)
 	l := s.life
@@ -75,9 +146,10 @@ func (s *Service) StreamAttached(ctx context.Context, sandboxID string) func() {
 	l.mu.Unlock()
 	stop := make(chan struct{})
 	beat := make(chan struct{})
+	every := s.flushEvery(ctx, sandboxID)
 	go func() {
 		defer close(beat)
-		tick := time.NewTicker(s.cfg.ActivityFlush)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			select {
@@ -125,6 +197,11 @@ func (l *lifecycleState) forget(id string) {
 	defer l.mu.Unlock()
 	delete(l.last, id)
 	delete(l.flushed, id)
+	delete(l.every, id)
+	if t := l.trail[id]; t != nil {
+		t.Stop()
+		delete(l.trail, id)
+	}
 	delete(l.idleSubs, id)
 }
 

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -72,8 +73,22 @@ func (s *Service) failSandbox(ctx context.Context, id string, cause error, from 
 		sb.LastError = info
 		return nil
 	}); err != nil {
+		if alreadyFailed(err) {
+			// Another control replica recorded the same end first (each
+			// handles every exit).
+			log.Info("sandbox already marked failed")
+			return
+		}
 		log.Error("mark sandbox failed", "err", err)
 	}
+}
+
+// alreadyFailed reports whether err is the conflict of a sandbox that is
+// failed already.
+func alreadyFailed(err error) bool {
+	var pub *errdefs.Public
+	return errdefs.ClassOf(err) == errdefs.ErrConflict && errors.As(err, &pub) &&
+		pub.Details["state"] == string(store.SandboxFailed)
 }
 
 // runDelete is the "delete" operation. The request already moved the

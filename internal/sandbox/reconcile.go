@@ -133,11 +133,28 @@ const (
 )
 
 // Run does the control plane's background work until ctx ends or the
-// worker's exits close: it fails sandboxes whose VM stopped on its own
-// (worker exits), deletes expired sandboxes and suspends idle ones.
+// worker's exits close: RunExits and RunExpiry together (one node).
 func (s *Service) Run(ctx context.Context) {
-	tick := time.NewTimer(0)
-	defer tick.Stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	expiry := make(chan struct{})
+	go func() {
+		defer close(expiry)
+		s.RunExpiry(ctx)
+	}()
+	s.RunExits(ctx)
+	cancel()
+	<-expiry
+}
+
+// RunExits fails sandboxes whose VM stopped on its own (the worker's
+// exits) until ctx ends or the exits close. In a cluster every control
+// replica runs it, leader or not: each replica's placement sees every Pod,
+// so each gets every exit, and handling one is a compare-and-set on the
+// sandbox's state (the first replica records it, the others find it done),
+// so no exit waits in a replica's memory for it to lead, and none is lost
+// while one replica lives.
+func (s *Service) RunExits(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,6 +164,19 @@ func (s *Service) Run(ctx context.Context) {
 				return
 			}
 			s.handleExit(ctx, ex)
+		}
+	}
+}
+
+// RunExpiry deletes expired sandboxes and suspends idle ones until ctx
+// ends: in a cluster, the leader's loop.
+func (s *Service) RunExpiry(ctx context.Context) {
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
 		case now := <-tick.C:
 			next := now.Add(maxExpiryScan)
 			if due := s.expire(ctx, now); !due.IsZero() && due.Before(next) {

@@ -3,57 +3,90 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
-// ReconcileTakenOver makes the targets of operations ended "aborted" true
-// again when their control replica was lost while they ran (the operation
-// engine's TakenOver). It is Reconcile for just those targets, so it is
-// safe while other replicas work on other sandboxes: a sandbox left
-// creating fails (its VM, if the worker made one, is deleted); one left
-// deleting gets a fresh delete; one left pausing, suspending or waking
-// takes the state its worker reports, or fails when its VM is gone; a
-// checkpoint left creating fails with whatever files it had removed; a
-// template build left building fails.
-func (s *Service) ReconcileTakenOver(ctx context.Context, ended []*store.Operation) {
-	for _, op := range ended {
-		log := s.logger.With("op", op.ID, "type", op.Type, "target", op.Target)
-		if op.Type == store.OpTemplateBuild {
-			s.failTakenOverBuild(ctx, op)
-			continue
+// ReconcileTakenOver makes the target of an operation true again when its
+// control replica was lost while it ran: the operation engine's TakenOver,
+// called while the operation still runs (so it still holds its target),
+// before the engine ends it. It is Reconcile for just that target, so it
+// is safe while other replicas work on other sandboxes, and idempotent (a
+// replica lost while it runs leaves the operation for the next to do
+// again): a sandbox left creating fails (its VM, if the worker made one,
+// is deleted); one left pausing, suspending or waking takes the state its
+// worker reports, or fails when its VM is gone; a checkpoint left creating
+// fails with whatever files it had removed; a template build left building
+// fails. A delete is finished rather than failed: rerun is true, so the
+// engine runs the delete's handler again (it goes on from deleting). A
+// sandbox left deleting by another operation gets a delete when none is
+// unfinished.
+func (s *Service) ReconcileTakenOver(ctx context.Context, op *store.Operation) (rerun bool) {
+	log := s.logger.With("op", op.ID, "type", op.Type, "target", op.Target)
+	if op.Type == store.OpTemplateBuild {
+		s.failTakenOverBuild(ctx, op)
+		return false
+	}
+	if op.Type == store.OpCheckpoint {
+		s.failTakenOverCheckpoint(ctx, op)
+	}
+	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
+	if err != nil {
+		log.Warn("take over: target unreadable", "err", err)
+		return false
+	}
+	switch sb.State {
+	case creating:
+		log.Warn("take over: create was interrupted")
+		s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrAborted, "sandbox creation was interrupted: its control replica was lost"), creating)
+	case deleting:
+		if op.Type == store.OpDelete {
+			log.Warn("take over: finishing delete")
+			return true
 		}
-		if op.Type == store.OpCheckpoint {
-			s.failTakenOverCheckpoint(ctx, op)
+		s.deleteUnlessUnderWay(ctx, sb, log)
+	case pausing, suspending, waking:
+		log.Warn("take over: taking the worker's state", "state", sb.State)
+		s.settleTo(ctx, sb.ID, sb.State)
+	case running, paused:
+		if st, err := s.worker.Sandbox(ctx, sb.ID); errdefs.ClassOf(err) == errdefs.ErrNotFound || (err == nil && st.State == worker.VMStopped) {
+			why := "the sandbox's VM stopped unexpectedly"
+			if st.Lost != "" {
+				why = st.Lost
+			}
+			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "%s", why), sb.State)
 		}
-		sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
+	}
+	return false
+}
+
+// deleteUnlessUnderWay submits a delete of a sandbox left deleting, unless
+// one is unfinished (it runs once the taken-over operation ends).
+func (s *Service) deleteUnlessUnderWay(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
+	f := store.OperationFilter{TenantID: store.AnyTenant, Target: sb.ID}
+	f.PageSize = store.MaxPageSize
+	for {
+		page, err := s.store.ListOperations(ctx, f)
 		if err != nil {
-			log.Warn("take over: target unreadable", "err", err)
-			continue
+			log.Error("take over: list the sandbox's operations", "err", err)
+			return
 		}
-		switch sb.State {
-		case creating:
-			log.Warn("take over: create was interrupted")
-			s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrAborted, "sandbox creation was interrupted: its control replica was lost"), creating)
-		case deleting:
-			log.Warn("take over: resuming delete")
-			if _, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpDelete, Target: sb.ID}, nil); err != nil {
-				log.Error("take over: resubmit delete", "err", err)
-			}
-		case pausing, suspending, waking:
-			log.Warn("take over: taking the worker's state", "state", sb.State)
-			s.settleTo(ctx, sb.ID, sb.State)
-		case running, paused:
-			if st, err := s.worker.Sandbox(ctx, sb.ID); errdefs.ClassOf(err) == errdefs.ErrNotFound || (err == nil && st.State == worker.VMStopped) {
-				why := "the sandbox's VM stopped unexpectedly"
-				if st.Lost != "" {
-					why = st.Lost
-				}
-				s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "%s", why), sb.State)
+		for _, o := range page.Items {
+			if o.Type == store.OpDelete && !o.State.Terminal() {
+				return
 			}
 		}
+		if page.NextPageToken == "" {
+			break
+		}
+		f.PageToken = page.NextPageToken
+	}
+	log.Warn("take over: resubmitting delete")
+	if _, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpDelete, Target: sb.ID}, nil); err != nil {
+		log.Error("take over: resubmit delete", "err", err)
 	}
 }
 

@@ -50,10 +50,14 @@ func TestReconcileTakenOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.svc.ReconcileTakenOver(ctx, []*store.Operation{
+	for _, op := range []*store.Operation{
 		{ID: "op_create", Type: store.OpCreate, Target: creating.ID},
 		{ID: "op_pause", Type: store.OpPause, Target: pausing.ID},
-	})
+	} {
+		if d.svc.ReconcileTakenOver(ctx, op) {
+			t.Errorf("take-over of %s asks for a rerun", op.ID)
+		}
+	}
 	if sb := d.get(creating.ID); sb.State != store.SandboxFailed || sb.LastError == nil || sb.LastError.Code != "aborted" {
 		t.Errorf("interrupted create: %s %+v", sb.State, sb.LastError)
 	}
@@ -62,6 +66,14 @@ func TestReconcileTakenOver(t *testing.T) {
 	}
 	if sb := d.get(pausing.ID); sb.State != store.SandboxRunning {
 		t.Errorf("interrupted pause (the worker never paused it): %s, want running", sb.State)
+	}
+	// A delete is finished by running it again, not failed.
+	deleting := d.create()
+	if _, err := d.store.TransitionSandbox(ctx, store.AnyTenant, deleting.ID, nil, store.SandboxDeleting, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !d.svc.ReconcileTakenOver(ctx, &store.Operation{ID: "op_delete", Type: store.OpDelete, Target: deleting.ID}) {
+		t.Error("take-over of a delete does not ask for its rerun")
 	}
 }
 
@@ -88,5 +100,42 @@ func TestStreamKeepsActivityFresh(t *testing.T) {
 	detach() // safe twice
 	if _, idle := d.svc.idleSince(d.get(sb.ID)); !idle {
 		t.Fatal("the stream still counts after detach")
+	}
+}
+
+// Activity between two writes reaches the store when the flush interval
+// ends, and a sandbox with an idle timeout flushes every quarter of it:
+// the replica running idle expiry reads activity another replica saw well
+// before the timeout passes.
+func TestActivityTrailsIntoStore(t *testing.T) {
+	d := newDomain(t) // ActivityFlush: the 30s default
+	ctx := context.Background()
+	sb := d.create()
+	if _, err := d.store.TransitionSandbox(ctx, store.AnyTenant, sb.ID, nil, "", func(s *store.Sandbox) error {
+		s.IdleTimeoutSeconds = 2
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.svc.Touch(ctx, sb.ID) // written at once
+	first := d.get(sb.ID).LastActivityAt
+	d.svc.Touch(ctx, sb.ID) // within the interval: kept in memory
+	d.svc.life.mu.Lock()
+	second := d.svc.life.last[sb.ID]
+	d.svc.life.mu.Unlock()
+	if !second.After(first) {
+		t.Fatalf("second touch at %v, not after the first write %v", second, first)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if at := d.get(sb.ID).LastActivityAt; !at.Equal(second) {
+			return fmt.Errorf("store's last_activity_at %v, want the trailing touch %v", at, second)
+		}
+		return nil
+	})
+	if got := activityFlushFor(2, DefaultActivityFlush); got != 500*time.Millisecond {
+		t.Fatalf("flush interval of a 2s idle timeout = %v, want 500ms", got)
+	}
+	if got := activityFlushFor(0, DefaultActivityFlush); got != DefaultActivityFlush {
+		t.Fatalf("flush interval without an idle timeout = %v", got)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/space-sandbox/space/internal/testenv"
 	"github.com/space-sandbox/space/internal/testenv/kuberig"
 	"github.com/space-sandbox/space/internal/testenv/pgtest"
+	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/remote"
 )
 
@@ -126,11 +127,19 @@ type testNode struct {
 
 // addNode starts a worker node offering 4 vCPUs, 4 GiB and 8 sandboxes and
 // waits for it to be Ready; the test's end removes it.
-func (c *controlCluster) addNode(suffix string) *testNode {
+func (c *controlCluster) addNode(suffix string) *testNode { return c.addNodeServing(suffix, nil) }
+
+// addNodeServing is addNode with the worker protocol serving wrap(worker)
+// when wrap is set (the node agent drives the worker itself).
+func (c *controlCluster) addNodeServing(suffix string, wrap func(worker.Worker) worker.Worker) *testNode {
 	t := c.t
 	t.Helper()
 	n := &testNode{name: "space-" + c.ns + "-" + suffix, w: apitest.NewWorker(t)}
-	srv, err := remote.NewServer(remote.ServerConfig{Worker: n.w, Token: c.token, Logger: c.logger(n.name)})
+	var served worker.Worker = n.w
+	if wrap != nil {
+		served = wrap(n.w)
+	}
+	srv, err := remote.NewServer(remote.ServerConfig{Worker: served, Token: c.token, Logger: c.logger(n.name)})
 	if err != nil {
 		t.Fatal(err)
 	}

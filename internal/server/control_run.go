@@ -26,8 +26,9 @@ import (
 // internal/cluster/placement as the worker (a Pod per sandbox, calls
 // forwarded to the owning node's worker over the worker protocol). It
 // sets up no VMM, storage or network: those are the workers'. Every replica
-// serves every request; the singleton loops (exits, expiry, idle suspend)
-// run on the replica holding the leader Lease; operations of a replica
+// serves every request and handles the exits placement reports; the
+// singleton loops (expiry, idle suspend, live reconcile) run on the replica
+// holding the leader Lease; operations of a replica
 // that stopped renewing their leases are taken over by the others.
 func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error {
 	if err := cfg.check(); err != nil {
@@ -88,11 +89,12 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	var srvReady sync.WaitGroup
 	srvReady.Add(1)
 	var srv *api.Server
-	takenOver := func(ctx context.Context, ended []*store.Operation) {
+	takenOver := func(ctx context.Context, op *store.Operation) bool {
 		srvReady.Wait()
-		if srv != nil {
-			srv.ReconcileTakenOver(ctx, ended)
+		if srv == nil {
+			return false
 		}
+		return srv.ReconcileTakenOver(ctx, op)
 	}
 	srv, ops, err := startAPI(cfg.Config, apiParts{db: db, auth: authn, worker: pl, metrics: api.NewMetrics(), secrets: sec,
 		templates: tpls, owner: identity, leaseTTL: cfg.OperationLeaseTTL, takenOver: takenOver,
@@ -105,6 +107,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	// Operations of replicas that died before this one started are taken
 	// over now; those of live replicas stay theirs.
 	ops.TakeOverExpired()
+	runExits(ctx, srv, &td)
 
 	if err := runLeaderLoops(ctx, cfg, kube, identity, srv, &td, log, objectGC(cfg.ObjectGC, obj, db, log)); err != nil {
 		return err
@@ -155,14 +158,32 @@ func controlReady(ctx context.Context, db store.Store) error {
 	return nil
 }
 
+// runExits handles placement's exits (worker lost, Pod failed, Pod deleted
+// from outside) on this replica, leader or not, until td stops it: every
+// replica sees every exit and records it by compare-and-set, so none waits
+// for a leader and none is lost while a replica lives.
+func runExits(ctx context.Context, srv *api.Server, td *teardown) {
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.RunExits(bg)
+	}()
+	td.add(func() {
+		stop()
+		<-done
+	})
+}
+
 // liveReconcileEvery is how often the leader checks that running and
 // paused sandboxes still have their VM.
 const liveReconcileEvery = time.Minute
 
-// leaderLoops are what the leader runs until its leadership ends: srv.Run
-// (worker exits, expiry, idle suspend), at once and then every
-// liveReconcileEvery the reconcile of live sandboxes, and the other loops
-// in also (nil ones skipped: the object store's GC when it is off).
+// leaderLoops are what the leader runs until its leadership ends:
+// srv.RunLeader (expiry, idle suspend; exits are every replica's, see
+// runExits), at once and then every liveReconcileEvery the reconcile of
+// live sandboxes, and the other loops in also (nil ones skipped: the
+// object store's GC when it is off).
 func leaderLoops(ctx context.Context, srv *api.Server, log *slog.Logger, also ...func(context.Context)) {
 	var wg sync.WaitGroup
 	for _, loop := range also {
@@ -184,7 +205,7 @@ func leaderLoops(ctx context.Context, srv *api.Server, log *slog.Logger, also ..
 			}
 		}
 	})
-	srv.Run(ctx)
+	srv.RunLeader(ctx)
 	wg.Wait()
 }
 

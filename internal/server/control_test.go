@@ -270,6 +270,9 @@ func TestControlReplicas(t *testing.T) {
 			return nil
 		})
 		r1.cut()
+		// The worker lets the create it holds return; replica 1 cannot
+		// record it.
+		release()
 		op, err := via2.WaitOperation(ctx, res.Operation.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -277,19 +280,15 @@ func TestControlReplicas(t *testing.T) {
 		if op.State != apiv1.OpFailed || op.Error == nil || op.Error.Code != "aborted" {
 			t.Fatalf("create of the lost replica = %+v (error %+v), want failed aborted", op, op.Error)
 		}
-		// Its sandbox fails, its Pod and VM go (once the worker lets the
-		// create it holds return).
-		release()
-		testenv.Eventually(t, 90*time.Second, func() error {
-			sb, err := via2.GetSandbox(ctx, id)
-			if err != nil {
-				return err
-			}
-			if sb.State != "failed" || sb.LastError == nil || !strings.Contains(sb.LastError.Message, "control replica") {
-				return fmt.Errorf("sandbox of the lost create: state %s, last_error %+v", sb.State, sb.LastError)
-			}
-			return nil
-		})
+		// The take-over settles the sandbox before it ends the operation:
+		// read as soon as the operation is terminal, the sandbox is failed.
+		sb, err := via2.GetSandbox(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State != "failed" || sb.LastError == nil || !strings.Contains(sb.LastError.Message, "control replica") {
+			t.Fatalf("sandbox read as soon as the lost create ended: state %s, last_error %+v", sb.State, sb.LastError)
+		}
 		testenv.Eventually(t, 60*time.Second, func() error {
 			if _, err := podNode(id); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("the failed sandbox's Pod is still there: %v", err)

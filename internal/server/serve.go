@@ -31,9 +31,10 @@ type apiParts struct {
 	// length (0: the engine's default).
 	owner    string
 	leaseTTL time.Duration
-	// takenOver gets the running operations the engine ended because
-	// their replica's lease ran out (nil: none expected).
-	takenOver func(ctx context.Context, ended []*store.Operation)
+	// takenOver settles the target of a running operation the engine took
+	// over because its replica's lease ran out, before the engine ends it
+	// (or reruns it, when it says so); nil: none expected.
+	takenOver func(ctx context.Context, op *store.Operation) (rerun bool)
 	// ready, when set, answers /readyz instead of the worker.
 	ready func(ctx context.Context) error
 }

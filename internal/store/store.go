@@ -102,6 +102,16 @@ type Store interface {
 	// unfinished operations whose lease is free, oldest first. Concurrent
 	// callers never claim the same operation.
 	ClaimExpiredOperations(ctx context.Context, owner string, ttl time.Duration, limit int) ([]*Operation, error)
+	// StartOperation moves owner's pending operation id to running, unless
+	// another operation on the same target is running: then it changes
+	// nothing and returns that one as holder. So the operations of one
+	// target run one at a time across every control replica sharing the
+	// store; a holder whose replica died stays running until its lease
+	// expires and another replica takes it over and ends it. ErrConflict
+	// (details {"state": current}) when id is not pending or its lease is
+	// not owner's; ErrNotFound for an unknown id. Of racing starters on one
+	// target exactly one starts.
+	StartOperation(ctx context.Context, id, owner string) (started, holder *Operation, err error)
 
 	// Command sessions. ListCommands is oldest first.
 	CreateCommand(ctx context.Context, c *Command) error

@@ -118,3 +118,36 @@ func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl tim
 	})
 	return out, nil
 }
+
+// StartOperation moves owner's pending operation to running unless another
+// operation on its target runs. The check and the write are one
+// SERIALIZABLE transaction: of two starters on one target, each reading
+// that the other has not started, one loses the serialization race, is
+// run again and finds the other's start (the holder).
+func (c *conn) StartOperation(ctx context.Context, id, owner string) (started, holder *store.Operation, err error) {
+	err = c.atomic(ctx, func(tc *conn) error {
+		started, holder = nil, nil
+		op, err := tc.getOperation(ctx, store.AnyTenant, id, " FOR NO KEY UPDATE")
+		if err != nil {
+			return err
+		}
+		if err := storecodec.StartConflict(op, owner); err != nil {
+			return err
+		}
+		h, err := storecodec.ScanOperation(tc.q.QueryRow(ctx, `SELECT `+storecodec.OperationColumns+` FROM operations
+			WHERE target = $1 AND state = 'running' AND id <> $2 ORDER BY created_at, id LIMIT 1`, op.Target, op.ID))
+		switch {
+		case err == nil:
+			holder = h
+			return nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return dbErr("find the running operation of a target", err)
+		}
+		started, err = tc.TransitionOperation(ctx, id, []store.OperationState{store.OpPending}, store.OpRunning, nil)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return started, holder, nil
+}

@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -114,4 +116,34 @@ func (c *conn) ClaimExpiredOperations(ctx context.Context, owner string, ttl tim
 		return nil, err
 	}
 	return out, nil
+}
+
+// StartOperation moves owner's pending operation to running unless another
+// operation on its target runs (the one writer connection makes the check
+// and the write one step).
+func (c *conn) StartOperation(ctx context.Context, id, owner string) (started, holder *store.Operation, err error) {
+	err = c.atomic(ctx, func(tc *conn) error {
+		op, err := tc.GetOperation(ctx, store.AnyTenant, id)
+		if err != nil {
+			return err
+		}
+		if err := storecodec.StartConflict(op, owner); err != nil {
+			return err
+		}
+		h, err := storecodec.ScanOperation(tc.rd.QueryRowContext(ctx, `SELECT `+storecodec.OperationColumns+` FROM operations
+			WHERE target = ? AND state = 'running' AND id <> ? ORDER BY created_at, id LIMIT 1`, op.Target, op.ID))
+		switch {
+		case err == nil:
+			holder = h
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return dbErr("find the running operation of a target", err)
+		}
+		started, err = tc.TransitionOperation(ctx, id, []store.OperationState{store.OpPending}, store.OpRunning, nil)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return started, holder, nil
 }

@@ -148,3 +148,15 @@ func StateConflict(kind, id, state string) error {
 	return errdefs.New(errdefs.ErrConflict, "%s %s is %s", kind, id, state).
 		WithDetails(map[string]any{"state": state})
 }
+
+// StartConflict is the error for a start of op by owner that may not run
+// it: op is not pending, or its lease is not owner's (nil when it may).
+func StartConflict(op *store.Operation, owner string) error {
+	if op.State != store.OpPending {
+		return StateConflict("operation", op.ID, string(op.State))
+	}
+	if op.LeaseOwner != owner {
+		return LeaseConflict(op)
+	}
+	return nil
+}

@@ -42,6 +42,8 @@ func Run(t *testing.T, open Opener) {
 		{"OperationLeaseExpiry", testOperationLeaseExpiry},
 		{"OperationClaimRace", testOperationClaimRace},
 		{"ClaimExpiredOperations", testClaimExpiredOperations},
+		{"StartOperation", testStartOperation},
+		{"StartOperationRace", testStartOperationRace},
 		{"Commands", testCommands},
 		{"Idempotency", testIdempotency},
 		{"IdempotencyConcurrent", testIdempotencyConcurrent},
