@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/space-sandbox/space/internal/cluster/k8s"
@@ -188,6 +189,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}()
 	if err := c.startServers(ctx); err != nil {
 		return c, err
+	}
+	// The replicas' ports are chosen before the workers start: a worker's
+	// --control names them all.
+	c.opts.ControlAddrs = slices.Clone(opts.ControlAddrs)
+	for i, a := range c.opts.ControlAddrs {
+		if c.opts.ControlAddrs[i], err = freeAddr(a); err != nil {
+			return c, err
+		}
 	}
 	for i := range opts.Workers {
 		if err := c.startWorker(ctx, i); err != nil {

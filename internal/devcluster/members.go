@@ -42,7 +42,13 @@ func (c *Cluster) startWorker(ctx context.Context, i int) error {
 	args, missing := withFlags(args, c.workerFlags,
 		"object-store", c.Info.S3, "object-store-credentials-file", c.Info.S3CredentialsFile)
 	if len(c.opts.ControlAddrs) > 0 {
-		args, _ = withFlags(args, c.workerFlags, "control", "http://"+c.opts.ControlAddrs[0])
+		// Every replica, tried in turn: the egress proxy's secrets still
+		// resolve while one of them is down.
+		urls := make([]string, len(c.opts.ControlAddrs))
+		for i, a := range c.opts.ControlAddrs {
+			urls[i] = "http://" + a
+		}
+		args, _ = withFlags(args, c.workerFlags, "control", strings.Join(urls, ","))
 	}
 	p.args = append(args, c.opts.WorkerArgs...)
 	if i == 0 && len(missing) > 0 {
@@ -86,7 +92,7 @@ func (c *Cluster) startControl(ctx context.Context, i int) error {
 		"listen", addr, "data-dir", p.dataDir,
 		"kubeconfig", c.Info.Kubeconfig, "namespace", c.opts.Namespace,
 		"worker-token-file", c.Info.WorkerTokenFile, "admin-key-file", c.Info.AdminKeyFile,
-		"leader-lease", c.opts.Namespace+"/space-control",
+		"leader-lease", c.opts.Namespace+"/space-control", "secrets-key-file", c.Info.SecretsKeyFile,
 		"object-store", c.Info.S3, "object-store-credentials-file", c.Info.S3CredentialsFile)
 	p.args = append(args, c.opts.ControlArgs...)
 	// The DSN holds the database password: in the environment

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/testenv/kuberig"
 	"github.com/space-sandbox/space/internal/testenv/pgtest"
 	"github.com/space-sandbox/space/internal/testenv/s3test"
@@ -37,6 +38,8 @@ type Info struct {
 	S3                string `json:"s3"`       // objstore URL of the bucket
 	S3CredentialsFile string `json:"s3_credentials_file"`
 	WorkerTokenFile   string `json:"worker_token_file"`
+	// SecretsKeyFile seals tenants' secrets; the replicas share it.
+	SecretsKeyFile string `json:"secrets_key_file"`
 	// Servers are the other processes: etcd, the Kubernetes components,
 	// PostgreSQL and SeaweedFS.
 	Servers []ServerInfo `json:"servers"`
@@ -155,6 +158,10 @@ func (c *Cluster) startServers(ctx context.Context) error {
 
 	c.Info.WorkerTokenFile = filepath.Join(c.opts.Dir, "worker.token")
 	if _, _, err := remote.EnsureToken(c.Info.WorkerTokenFile); err != nil {
+		return err
+	}
+	c.Info.SecretsKeyFile = filepath.Join(c.opts.Dir, secrets.KeyFile)
+	if _, err := secrets.LoadKey(c.Info.SecretsKeyFile); err != nil {
 		return err
 	}
 	c.Info.AdminKeyFile = filepath.Join(c.opts.Dir, "admin.key")

@@ -112,13 +112,17 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	if err := runLeaderLoops(ctx, cfg, kube, identity, srv, &td, log, objectGC(cfg.ObjectGC, obj, db, log)); err != nil {
 		return err
 	}
+	workerRoutes, err := mountWorkerSecrets(cfg, db, sec, pl, log)
+	if err != nil {
+		return err
+	}
 	return serveAPI(ctx, cfg.Config, srv, db, log, func(addr string) {
 		log.Info("spaced control serving", "listen", addr, "namespace", cfg.Namespace, "leader_lease", cfg.LeaderLease,
 			"features", strings.Join(cfg.Features, ","))
 		if cfg.Serving != nil {
 			cfg.Serving(addr)
 		}
-	})
+	}, workerRoutes)
 }
 
 // replicaIdentity names this replica in operation leases and the leader

@@ -61,8 +61,11 @@ func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Serv
 
 // serveAPI serves srv (with the E2B-compatible API on the same listener)
 // on cfg.Listen until ctx ends, then shuts down: 15s for requests to end,
-// then open streams are cut. ready runs once the listener is bound.
-func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, log *slog.Logger, ready func(addr string)) error {
+// then open streams are cut. ready runs once the listener is bound. Each
+// of mounts wraps the handler, outermost last (the control plane's
+// internal routes for its workers go there, in front of the API's auth).
+func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, log *slog.Logger, ready func(addr string),
+	mounts ...func(http.Handler) http.Handler) error {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -70,6 +73,9 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, 
 	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	// The E2B-compatible API shares the listener; it passes /v1 through.
 	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet}, hs.Handler, db, log)
+	for _, mount := range mounts {
+		hs.Handler = mount(hs.Handler)
+	}
 	ready(ln.Addr().String())
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(srv.Listener(limitPerClient(ln, cfg.MaxConnsPerClient, log))) }()

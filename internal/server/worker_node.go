@@ -44,10 +44,11 @@ type NodeConfig struct {
 	VCPUs, MemoryMiB, Sandboxes int
 	// LeaseDuration is the node Lease's duration (renewed every quarter).
 	LeaseDuration time.Duration
-	// Control is the control plane's URL (API.md lists --control). It is
-	// accepted, checked and logged, and reserved: nothing here calls the
-	// control plane — the worker learns its work from the Pods bound to
-	// its node, and the control plane dials the worker.
+	// Control is the control plane's URL (API.md lists --control), or
+	// several, comma-separated, tried in turn. The worker learns its work
+	// from the Pods bound to its node and the control plane dials it; the
+	// one call the worker makes is ResolveSecret, for the egress proxy's
+	// ${secret:NAME} (worker_secrets.go). Empty: no secret resolves here.
 	Control string
 }
 
@@ -61,7 +62,7 @@ func registerNodeFlags(fs *flag.FlagSet, c *NodeConfig) {
 	fs.IntVar(&c.MemoryMiB, "memory-mib", hostMemoryMiB(), "memory (MiB) this worker offers to sandboxes")
 	fs.IntVar(&c.Sandboxes, "sandboxes", 32, "sandboxes this worker runs at most")
 	fs.DurationVar(&c.LeaseDuration, "node-lease", 40*time.Second, "duration of the node's Lease (renewed every quarter of it)")
-	fs.StringVar(&c.Control, "control", "", "URL of the control plane (reserved: accepted and checked; the control plane dials the worker)")
+	fs.StringVar(&c.Control, "control", "", "URL of the control plane, or several comma-separated, where the egress proxy resolves tenants' ${secret:NAME} (needs --kubeconfig; empty: none resolve)")
 }
 
 // validate checks the node flags at the edge (only when registration is on).
@@ -69,10 +70,10 @@ func (c *NodeConfig) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 	}
-	if c.Control != "" {
-		u, err := url.Parse(c.Control)
+	for _, raw := range c.controlURLs() {
+		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("--control %q is not an http(s) URL", c.Control)
+			return bad("--control %q is not an http(s) URL", raw)
 		}
 	}
 	if c.Kubeconfig == "" {
@@ -102,6 +103,17 @@ func (c *NodeConfig) validate() error {
 	return nil
 }
 
+// controlURLs are the URLs of --control.
+func (c *NodeConfig) controlURLs() []string {
+	var out []string
+	for u := range strings.SplitSeq(c.Control, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
 // nodeAddress is the worker-protocol address the node advertises: the
 // advertise address (or the listener's IP) and the listener's port.
 func (c *NodeConfig) nodeAddress(ln net.Addr) (string, error) {
@@ -128,9 +140,6 @@ func serveWorkerAndNode(ctx context.Context, w worker.Worker, ln net.Listener, o
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if nc.Kubeconfig == "" {
-		if nc.Control != "" {
-			opts.Logger.Info("--control is reserved; the control plane dials this worker", "control", nc.Control)
-		}
 		return ServeWorker(ctx, w, ln, opts)
 	}
 	addr, err := nc.nodeAddress(ln.Addr())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ import (
 
 func TestParseWorkerNodeFlags(t *testing.T) {
 	cfg, err := ParseWorkerFlags([]string{"--kubeconfig", "/k", "--vcpus", "3", "--memory-mib", "2048", "--sandboxes", "5",
-		"--control", "http://127.0.0.1:8080"})
+		"--control", "http://127.0.0.1:8080, http://127.0.0.1:8081"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +31,16 @@ func TestParseWorkerNodeFlags(t *testing.T) {
 	if n := cfg.Node; n.NodeName != want || n.Namespace != k8s.DefaultNamespace || n.VCPUs != 3 || n.MemoryMiB != 2048 || n.Sandboxes != 5 {
 		t.Errorf("node flags: %+v (want node name %q)", n, want)
 	}
+	if urls := cfg.Node.controlURLs(); !slices.Equal(urls, []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"}) {
+		t.Errorf("--control URLs = %q", urls)
+	}
 	for _, bad := range [][]string{
 		{"--kubeconfig", "/k", "--vcpus", "0"},
 		{"--kubeconfig", "/k", "--node-name", "Not_A_Name"},
 		{"--kubeconfig", "/k", "--advertise-address", "example.com"},
 		{"--kubeconfig", "/k", "--node-lease", "1s"},
 		{"--control", "ftp://x"},
+		{"--control", "http://127.0.0.1:8080,nohost"},
 	} {
 		_, err := ParseWorkerFlags(bad)
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {

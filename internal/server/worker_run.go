@@ -25,8 +25,9 @@ import (
 // worker protocol on cfg.Listen, until ctx ends. Start-up checks are the
 // single-node server's (root, storage, kernel, agent, VMM); there is no
 // store, API or operation engine here: the control plane that calls in
-// owns those. Tenants' secrets live in the control plane's store, so
-// policies' ${secret:NAME} references resolve to nothing here yet.
+// owns those. Tenants' secrets live in the control plane's store: the
+// egress proxy resolves policies' ${secret:NAME} through --control
+// (worker_secrets.go).
 func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err error) {
 	var td teardown
 	defer td.run()
@@ -60,6 +61,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		return err
 	}
 	td.add(closeNet)
+	sandboxSecrets, closeSecrets, err := workerSecretLookup(cfg, token, log)
+	if err != nil {
+		return err
+	}
+	td.add(closeSecrets)
 	snapshots, closeSnapshots, err := openWorkerSnapshots(ctx, cfg.ObjectStore, h.storage.Root(), log)
 	if err != nil {
 		return err
@@ -69,7 +75,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
 		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout, Logger: log,
 		Network: netns, Egress: eg, PoolSize: workerPoolSize(cfg.PoolSize),
-		Snapshots: snapshots,
+		Snapshots: snapshots, SandboxSecrets: sandboxSecrets,
 	})
 	if err != nil {
 		return err
@@ -93,6 +99,8 @@ type WorkerServing struct {
 	Token  remote.Token
 	TLS    *tls.Config // nil: h2c
 	Logger *slog.Logger
+	// Templates serves BuildTemplate (nil: refused).
+	Templates remote.TemplateBuilder
 }
 
 // ServeWorker serves the worker protocol for w on ln until ctx ends, then
@@ -100,7 +108,7 @@ type WorkerServing struct {
 // It is the one place `spaced worker` wires the protocol, so what a
 // cluster adds beside it (registering the host as a node) goes here too.
 func ServeWorker(ctx context.Context, w worker.Worker, ln net.Listener, opts WorkerServing) error {
-	srv, err := remote.NewServer(remote.ServerConfig{Worker: w, Token: opts.Token, Logger: opts.Logger})
+	srv, err := remote.NewServer(remote.ServerConfig{Worker: w, Token: opts.Token, Logger: opts.Logger, Templates: opts.Templates})
 	if err != nil {
 		ln.Close()
 		return err
@@ -133,8 +141,9 @@ func ServeWorker(ctx context.Context, w worker.Worker, ln net.Listener, opts Wor
 }
 
 // startWorkerNetwork starts the namespace pool and the egress service as
-// the single-node server does, without tenants' secrets (startNetwork's
-// need a store). close stops them, after the worker is closed.
+// the single-node server does; tenants' secrets come from the control
+// plane (workerSecretLookup), not a store. close stops them, after the
+// worker is closed.
 func startWorkerNetwork(ctx context.Context, cfg Config, log *slog.Logger) (*network.Manager, *egress.Service, func(), error) {
 	roots, err := upstreamRoots(cfg.EgressCAFiles)
 	if err != nil {

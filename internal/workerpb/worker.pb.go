@@ -2164,6 +2164,347 @@ func (*ForgetTemplateResponse) Descriptor() ([]byte, []int) {
 	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{42}
 }
 
+// BuildTemplateRequest is a template build: request is
+// template.BuildRequest as JSON; admin allows setup scripts; base builds
+// the platform's base template instead (request empty). A source file
+// the control plane has (a rootfs or OCI archive tar) travels through
+// object storage: source_object names the snapshot holding it, which
+// the worker reads in place of the request's source path.
+// registry_allow is the control plane's --template-registry-allow.
+type BuildTemplateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       []byte                 `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Admin         bool                   `protobuf:"varint,2,opt,name=admin,proto3" json:"admin,omitempty"`
+	Base          bool                   `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
+	SourceObject  string                 `protobuf:"bytes,4,opt,name=source_object,json=sourceObject,proto3" json:"source_object,omitempty"`
+	RegistryAllow []string               `protobuf:"bytes,5,rep,name=registry_allow,json=registryAllow,proto3" json:"registry_allow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildTemplateRequest) Reset() {
+	*x = BuildTemplateRequest{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildTemplateRequest) ProtoMessage() {}
+
+func (x *BuildTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildTemplateRequest.ProtoReflect.Descriptor instead.
+func (*BuildTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *BuildTemplateRequest) GetRequest() []byte {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *BuildTemplateRequest) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+func (x *BuildTemplateRequest) GetBase() bool {
+	if x != nil {
+		return x.Base
+	}
+	return false
+}
+
+func (x *BuildTemplateRequest) GetSourceObject() string {
+	if x != nil {
+		return x.SourceObject
+	}
+	return ""
+}
+
+func (x *BuildTemplateRequest) GetRegistryAllow() []string {
+	if x != nil {
+		return x.RegistryAllow
+	}
+	return nil
+}
+
+// BuildTemplateResponse is one step of a build: progress, a piece of the
+// build log, or (last) the built image's template.Metadata as JSON.
+type BuildTemplateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*BuildTemplateResponse_Progress
+	//	*BuildTemplateResponse_Log
+	//	*BuildTemplateResponse_Metadata
+	Event         isBuildTemplateResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildTemplateResponse) Reset() {
+	*x = BuildTemplateResponse{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildTemplateResponse) ProtoMessage() {}
+
+func (x *BuildTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildTemplateResponse.ProtoReflect.Descriptor instead.
+func (*BuildTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *BuildTemplateResponse) GetEvent() isBuildTemplateResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *BuildTemplateResponse) GetProgress() *BuildProgress {
+	if x != nil {
+		if x, ok := x.Event.(*BuildTemplateResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *BuildTemplateResponse) GetLog() []byte {
+	if x != nil {
+		if x, ok := x.Event.(*BuildTemplateResponse_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *BuildTemplateResponse) GetMetadata() []byte {
+	if x != nil {
+		if x, ok := x.Event.(*BuildTemplateResponse_Metadata); ok {
+			return x.Metadata
+		}
+	}
+	return nil
+}
+
+type isBuildTemplateResponse_Event interface {
+	isBuildTemplateResponse_Event()
+}
+
+type BuildTemplateResponse_Progress struct {
+	Progress *BuildProgress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type BuildTemplateResponse_Log struct {
+	Log []byte `protobuf:"bytes,2,opt,name=log,proto3,oneof"`
+}
+
+type BuildTemplateResponse_Metadata struct {
+	Metadata []byte `protobuf:"bytes,3,opt,name=metadata,proto3,oneof"`
+}
+
+func (*BuildTemplateResponse_Progress) isBuildTemplateResponse_Event() {}
+
+func (*BuildTemplateResponse_Log) isBuildTemplateResponse_Event() {}
+
+func (*BuildTemplateResponse_Metadata) isBuildTemplateResponse_Event() {}
+
+type BuildProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	Percent       int64                  `protobuf:"varint,2,opt,name=percent,proto3" json:"percent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildProgress) Reset() {
+	*x = BuildProgress{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildProgress) ProtoMessage() {}
+
+func (x *BuildProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildProgress.ProtoReflect.Descriptor instead.
+func (*BuildProgress) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BuildProgress) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *BuildProgress) GetPercent() int64 {
+	if x != nil {
+		return x.Percent
+	}
+	return 0
+}
+
+// ResolveSecretRequest names the sandbox whose policy references the
+// secret, the calling worker's node, and the secret.
+type ResolveSecretRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveSecretRequest) Reset() {
+	*x = ResolveSecretRequest{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveSecretRequest) ProtoMessage() {}
+
+func (x *ResolveSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveSecretRequest.ProtoReflect.Descriptor instead.
+func (*ResolveSecretRequest) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ResolveSecretRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ResolveSecretRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ResolveSecretRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ResolveSecretResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         string                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveSecretResponse) Reset() {
+	*x = ResolveSecretResponse{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveSecretResponse) ProtoMessage() {}
+
+func (x *ResolveSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveSecretResponse.ProtoReflect.Descriptor instead.
+func (*ResolveSecretResponse) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ResolveSecretResponse) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // ProcessSpec is agentproto.ProcessSpec: exactly one of argv and shell.
 type ProcessSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2184,7 +2525,7 @@ type ProcessSpec struct {
 
 func (x *ProcessSpec) Reset() {
 	*x = ProcessSpec{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[43]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2537,7 @@ func (x *ProcessSpec) String() string {
 func (*ProcessSpec) ProtoMessage() {}
 
 func (x *ProcessSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[43]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2550,7 @@ func (x *ProcessSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessSpec.ProtoReflect.Descriptor instead.
 func (*ProcessSpec) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{43}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ProcessSpec) GetId() string {
@@ -2293,7 +2634,7 @@ type PTY struct {
 
 func (x *PTY) Reset() {
 	*x = PTY{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[44]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2646,7 @@ func (x *PTY) String() string {
 func (*PTY) ProtoMessage() {}
 
 func (x *PTY) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[44]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2659,7 @@ func (x *PTY) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PTY.ProtoReflect.Descriptor instead.
 func (*PTY) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{44}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PTY) GetRows() uint32 {
@@ -2348,7 +2689,7 @@ type ExitStatus struct {
 
 func (x *ExitStatus) Reset() {
 	*x = ExitStatus{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[45]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2701,7 @@ func (x *ExitStatus) String() string {
 func (*ExitStatus) ProtoMessage() {}
 
 func (x *ExitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[45]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2714,7 @@ func (x *ExitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitStatus.ProtoReflect.Descriptor instead.
 func (*ExitStatus) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{45}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ExitStatus) GetExitCode() int32 {
@@ -2419,7 +2760,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[46]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2772,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[46]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2785,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{46}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ProcessInfo) GetId() string {
@@ -2505,7 +2846,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[47]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2858,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[47]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2871,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{47}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2596,7 +2937,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[48]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2949,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[48]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2962,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{48}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FileInfo) GetName() string {
@@ -2668,7 +3009,7 @@ type Opened struct {
 
 func (x *Opened) Reset() {
 	*x = Opened{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[49]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +3021,7 @@ func (x *Opened) String() string {
 func (*Opened) ProtoMessage() {}
 
 func (x *Opened) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[49]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +3034,7 @@ func (x *Opened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Opened.ProtoReflect.Descriptor instead.
 func (*Opened) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{49}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{54}
 }
 
 type StartProcessRequest struct {
@@ -2706,7 +3047,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[50]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +3059,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[50]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +3072,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{50}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StartProcessRequest) GetSandboxId() string {
@@ -2757,7 +3098,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[51]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +3110,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[51]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +3123,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{51}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StartProcessResponse) GetProcess() *ProcessInfo {
@@ -2803,7 +3144,7 @@ type StreamEventsRequest struct {
 
 func (x *StreamEventsRequest) Reset() {
 	*x = StreamEventsRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[52]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +3156,7 @@ func (x *StreamEventsRequest) String() string {
 func (*StreamEventsRequest) ProtoMessage() {}
 
 func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[52]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +3169,7 @@ func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsRequest.ProtoReflect.Descriptor instead.
 func (*StreamEventsRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{52}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StreamEventsRequest) GetSandboxId() string {
@@ -2865,7 +3206,7 @@ type StreamEventsResponse struct {
 
 func (x *StreamEventsResponse) Reset() {
 	*x = StreamEventsResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[53]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3218,7 @@ func (x *StreamEventsResponse) String() string {
 func (*StreamEventsResponse) ProtoMessage() {}
 
 func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[53]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3231,7 @@ func (x *StreamEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsResponse.ProtoReflect.Descriptor instead.
 func (*StreamEventsResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{53}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StreamEventsResponse) GetKind() isStreamEventsResponse_Kind {
@@ -2946,7 +3287,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[54]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3299,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[54]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3312,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{54}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WriteStdinRequest) GetSandboxId() string {
@@ -3010,7 +3351,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[55]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3363,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[55]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3376,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{55}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{60}
 }
 
 type SignalProcessRequest struct {
@@ -3049,7 +3390,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[56]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3402,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[56]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3415,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{56}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SignalProcessRequest) GetSandboxId() string {
@@ -3106,7 +3447,7 @@ type SignalProcessResponse struct {
 
 func (x *SignalProcessResponse) Reset() {
 	*x = SignalProcessResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[57]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3459,7 @@ func (x *SignalProcessResponse) String() string {
 func (*SignalProcessResponse) ProtoMessage() {}
 
 func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[57]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3472,7 @@ func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
 func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{57}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{62}
 }
 
 type ResizeProcessRequest struct {
@@ -3146,7 +3487,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[58]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3158,7 +3499,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[58]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3171,7 +3512,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{58}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ResizeProcessRequest) GetSandboxId() string {
@@ -3210,7 +3551,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[59]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3563,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[59]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3576,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{59}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{64}
 }
 
 type GetProcessRequest struct {
@@ -3248,7 +3589,7 @@ type GetProcessRequest struct {
 
 func (x *GetProcessRequest) Reset() {
 	*x = GetProcessRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[60]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3601,7 @@ func (x *GetProcessRequest) String() string {
 func (*GetProcessRequest) ProtoMessage() {}
 
 func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[60]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3614,7 @@ func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{60}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetProcessRequest) GetSandboxId() string {
@@ -3299,7 +3640,7 @@ type GetProcessResponse struct {
 
 func (x *GetProcessResponse) Reset() {
 	*x = GetProcessResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[61]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3652,7 @@ func (x *GetProcessResponse) String() string {
 func (*GetProcessResponse) ProtoMessage() {}
 
 func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[61]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3665,7 @@ func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{61}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetProcessResponse) GetProcess() *ProcessInfo {
@@ -3343,7 +3684,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[62]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3696,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[62]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3709,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{62}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListProcessesRequest) GetSandboxId() string {
@@ -3387,7 +3728,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[63]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3740,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[63]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +3753,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{63}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -3432,7 +3773,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[64]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3785,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[64]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3798,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{64}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReadFileRequest) GetSandboxId() string {
@@ -3487,7 +3828,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[65]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3840,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[65]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3853,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{65}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReadFileResponse) GetKind() isReadFileResponse_Kind {
@@ -3570,7 +3911,7 @@ type WriteFileHeader struct {
 
 func (x *WriteFileHeader) Reset() {
 	*x = WriteFileHeader{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[66]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +3923,7 @@ func (x *WriteFileHeader) String() string {
 func (*WriteFileHeader) ProtoMessage() {}
 
 func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[66]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +3936,7 @@ func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileHeader.ProtoReflect.Descriptor instead.
 func (*WriteFileHeader) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{66}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *WriteFileHeader) GetSandboxId() string {
@@ -3639,7 +3980,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[67]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3992,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[67]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +4005,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{67}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *WriteFileRequest) GetKind() isWriteFileRequest_Kind {
@@ -3717,7 +4058,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[68]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +4070,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[68]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +4083,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{68}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *WriteFileResponse) GetInfo() *FileInfo {
@@ -3762,7 +4103,7 @@ type ListDirRequest struct {
 
 func (x *ListDirRequest) Reset() {
 	*x = ListDirRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[69]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +4115,7 @@ func (x *ListDirRequest) String() string {
 func (*ListDirRequest) ProtoMessage() {}
 
 func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[69]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +4128,7 @@ func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirRequest.ProtoReflect.Descriptor instead.
 func (*ListDirRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{69}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListDirRequest) GetSandboxId() string {
@@ -3813,7 +4154,7 @@ type ListDirResponse struct {
 
 func (x *ListDirResponse) Reset() {
 	*x = ListDirResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[70]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4166,7 @@ func (x *ListDirResponse) String() string {
 func (*ListDirResponse) ProtoMessage() {}
 
 func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[70]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4179,7 @@ func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirResponse.ProtoReflect.Descriptor instead.
 func (*ListDirResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{70}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListDirResponse) GetEntries() []*FileInfo {
@@ -3858,7 +4199,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[71]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +4211,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[71]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +4224,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{71}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StatFileRequest) GetSandboxId() string {
@@ -3909,7 +4250,7 @@ type StatFileResponse struct {
 
 func (x *StatFileResponse) Reset() {
 	*x = StatFileResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[72]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4262,7 @@ func (x *StatFileResponse) String() string {
 func (*StatFileResponse) ProtoMessage() {}
 
 func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[72]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4275,7 @@ func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
 func (*StatFileResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{72}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *StatFileResponse) GetInfo() *FileInfo {
@@ -3955,7 +4296,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[73]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3967,7 +4308,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[73]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3980,7 +4321,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{73}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeleteFileRequest) GetSandboxId() string {
@@ -4012,7 +4353,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[74]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4024,7 +4365,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[74]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4037,7 +4378,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{74}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{79}
 }
 
 type TarOutRequest struct {
@@ -4050,7 +4391,7 @@ type TarOutRequest struct {
 
 func (x *TarOutRequest) Reset() {
 	*x = TarOutRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[75]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4403,7 @@ func (x *TarOutRequest) String() string {
 func (*TarOutRequest) ProtoMessage() {}
 
 func (x *TarOutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[75]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4416,7 @@ func (x *TarOutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TarOutRequest.ProtoReflect.Descriptor instead.
 func (*TarOutRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{75}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *TarOutRequest) GetSandboxId() string {
@@ -4105,7 +4446,7 @@ type TarOutResponse struct {
 
 func (x *TarOutResponse) Reset() {
 	*x = TarOutResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[76]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4117,7 +4458,7 @@ func (x *TarOutResponse) String() string {
 func (*TarOutResponse) ProtoMessage() {}
 
 func (x *TarOutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[76]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4130,7 +4471,7 @@ func (x *TarOutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TarOutResponse.ProtoReflect.Descriptor instead.
 func (*TarOutResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{76}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TarOutResponse) GetKind() isTarOutResponse_Kind {
@@ -4185,7 +4526,7 @@ type TarInHeader struct {
 
 func (x *TarInHeader) Reset() {
 	*x = TarInHeader{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[77]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4197,7 +4538,7 @@ func (x *TarInHeader) String() string {
 func (*TarInHeader) ProtoMessage() {}
 
 func (x *TarInHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[77]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4210,7 +4551,7 @@ func (x *TarInHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TarInHeader.ProtoReflect.Descriptor instead.
 func (*TarInHeader) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{77}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *TarInHeader) GetSandboxId() string {
@@ -4240,7 +4581,7 @@ type TarInRequest struct {
 
 func (x *TarInRequest) Reset() {
 	*x = TarInRequest{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[78]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4593,7 @@ func (x *TarInRequest) String() string {
 func (*TarInRequest) ProtoMessage() {}
 
 func (x *TarInRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[78]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4606,7 @@ func (x *TarInRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TarInRequest.ProtoReflect.Descriptor instead.
 func (*TarInRequest) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{78}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *TarInRequest) GetKind() isTarInRequest_Kind {
@@ -4317,7 +4658,7 @@ type TarInResponse struct {
 
 func (x *TarInResponse) Reset() {
 	*x = TarInResponse{}
-	mi := &file_space_worker_v1_worker_proto_msgTypes[79]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4670,7 @@ func (x *TarInResponse) String() string {
 func (*TarInResponse) ProtoMessage() {}
 
 func (x *TarInResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_space_worker_v1_worker_proto_msgTypes[79]
+	mi := &file_space_worker_v1_worker_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4683,7 @@ func (x *TarInResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TarInResponse.ProtoReflect.Descriptor instead.
 func (*TarInResponse) Descriptor() ([]byte, []int) {
-	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{79}
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{84}
 }
 
 var File_space_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -4489,7 +4830,28 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\x17PrepareTemplateResponse\")\n" +
 	"\x15ForgetTemplateRequest\x12\x10\n" +
 	"\x03ref\x18\x01 \x01(\tR\x03ref\"\x18\n" +
-	"\x16ForgetTemplateResponse\"\xe8\x02\n" +
+	"\x16ForgetTemplateResponse\"\xa6\x01\n" +
+	"\x14BuildTemplateRequest\x12\x18\n" +
+	"\arequest\x18\x01 \x01(\fR\arequest\x12\x14\n" +
+	"\x05admin\x18\x02 \x01(\bR\x05admin\x12\x12\n" +
+	"\x04base\x18\x03 \x01(\bR\x04base\x12#\n" +
+	"\rsource_object\x18\x04 \x01(\tR\fsourceObject\x12%\n" +
+	"\x0eregistry_allow\x18\x05 \x03(\tR\rregistryAllow\"\x90\x01\n" +
+	"\x15BuildTemplateResponse\x12<\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1e.space.worker.v1.BuildProgressH\x00R\bprogress\x12\x12\n" +
+	"\x03log\x18\x02 \x01(\fH\x00R\x03log\x12\x1c\n" +
+	"\bmetadata\x18\x03 \x01(\fH\x00R\bmetadataB\a\n" +
+	"\x05event\"=\n" +
+	"\rBuildProgress\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x18\n" +
+	"\apercent\x18\x02 \x01(\x03R\apercent\"]\n" +
+	"\x14ResolveSecretRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"-\n" +
+	"\x15ResolveSecretResponse\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\tR\x05value\"\xe8\x02\n" +
 	"\vProcessSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x14\n" +
@@ -4645,7 +5007,7 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x1c.space.worker.v1.TarInHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
 	"\x04kind\"\x0f\n" +
-	"\rTarInResponse2\xae\x0e\n" +
+	"\rTarInResponse2\x90\x0f\n" +
 	"\rWorkerService\x12F\n" +
 	"\x05Ready\x12\x1d.space.worker.v1.ReadyRequest\x1a\x1e.space.worker.v1.ReadyResponse\x12^\n" +
 	"\rCreateSandbox\x12%.space.worker.v1.CreateSandboxRequest\x1a&.space.worker.v1.CreateSandboxResponse\x12^\n" +
@@ -4668,7 +5030,10 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\x0fListCheckpoints\x12'.space.worker.v1.ListCheckpointsRequest\x1a(.space.worker.v1.ListCheckpointsResponse\x12j\n" +
 	"\x11RestoreCheckpoint\x12).space.worker.v1.RestoreCheckpointRequest\x1a*.space.worker.v1.RestoreCheckpointResponse\x12d\n" +
 	"\x0fPrepareTemplate\x12'.space.worker.v1.PrepareTemplateRequest\x1a(.space.worker.v1.PrepareTemplateResponse\x12a\n" +
-	"\x0eForgetTemplate\x12&.space.worker.v1.ForgetTemplateRequest\x1a'.space.worker.v1.ForgetTemplateResponse2\xce\t\n" +
+	"\x0eForgetTemplate\x12&.space.worker.v1.ForgetTemplateRequest\x1a'.space.worker.v1.ForgetTemplateResponse\x12`\n" +
+	"\rBuildTemplate\x12%.space.worker.v1.BuildTemplateRequest\x1a&.space.worker.v1.BuildTemplateResponse0\x012p\n" +
+	"\x0eControlService\x12^\n" +
+	"\rResolveSecret\x12%.space.worker.v1.ResolveSecretRequest\x1a&.space.worker.v1.ResolveSecretResponse2\xce\t\n" +
 	"\fGuestService\x12[\n" +
 	"\fStartProcess\x12$.space.worker.v1.StartProcessRequest\x1a%.space.worker.v1.StartProcessResponse\x12]\n" +
 	"\fStreamEvents\x12$.space.worker.v1.StreamEventsRequest\x1a%.space.worker.v1.StreamEventsResponse0\x01\x12U\n" +
@@ -4700,7 +5065,7 @@ func file_space_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_space_worker_v1_worker_proto_rawDescData
 }
 
-var file_space_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_space_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_space_worker_v1_worker_proto_goTypes = []any{
 	(*ErrorInfo)(nil),                 // 0: space.worker.v1.ErrorInfo
 	(*SandboxSpec)(nil),               // 1: space.worker.v1.SandboxSpec
@@ -4745,56 +5110,61 @@ var file_space_worker_v1_worker_proto_goTypes = []any{
 	(*PrepareTemplateResponse)(nil),   // 40: space.worker.v1.PrepareTemplateResponse
 	(*ForgetTemplateRequest)(nil),     // 41: space.worker.v1.ForgetTemplateRequest
 	(*ForgetTemplateResponse)(nil),    // 42: space.worker.v1.ForgetTemplateResponse
-	(*ProcessSpec)(nil),               // 43: space.worker.v1.ProcessSpec
-	(*PTY)(nil),                       // 44: space.worker.v1.PTY
-	(*ExitStatus)(nil),                // 45: space.worker.v1.ExitStatus
-	(*ProcessInfo)(nil),               // 46: space.worker.v1.ProcessInfo
-	(*Event)(nil),                     // 47: space.worker.v1.Event
-	(*FileInfo)(nil),                  // 48: space.worker.v1.FileInfo
-	(*Opened)(nil),                    // 49: space.worker.v1.Opened
-	(*StartProcessRequest)(nil),       // 50: space.worker.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),      // 51: space.worker.v1.StartProcessResponse
-	(*StreamEventsRequest)(nil),       // 52: space.worker.v1.StreamEventsRequest
-	(*StreamEventsResponse)(nil),      // 53: space.worker.v1.StreamEventsResponse
-	(*WriteStdinRequest)(nil),         // 54: space.worker.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),        // 55: space.worker.v1.WriteStdinResponse
-	(*SignalProcessRequest)(nil),      // 56: space.worker.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil),     // 57: space.worker.v1.SignalProcessResponse
-	(*ResizeProcessRequest)(nil),      // 58: space.worker.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 59: space.worker.v1.ResizeProcessResponse
-	(*GetProcessRequest)(nil),         // 60: space.worker.v1.GetProcessRequest
-	(*GetProcessResponse)(nil),        // 61: space.worker.v1.GetProcessResponse
-	(*ListProcessesRequest)(nil),      // 62: space.worker.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),     // 63: space.worker.v1.ListProcessesResponse
-	(*ReadFileRequest)(nil),           // 64: space.worker.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),          // 65: space.worker.v1.ReadFileResponse
-	(*WriteFileHeader)(nil),           // 66: space.worker.v1.WriteFileHeader
-	(*WriteFileRequest)(nil),          // 67: space.worker.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),         // 68: space.worker.v1.WriteFileResponse
-	(*ListDirRequest)(nil),            // 69: space.worker.v1.ListDirRequest
-	(*ListDirResponse)(nil),           // 70: space.worker.v1.ListDirResponse
-	(*StatFileRequest)(nil),           // 71: space.worker.v1.StatFileRequest
-	(*StatFileResponse)(nil),          // 72: space.worker.v1.StatFileResponse
-	(*DeleteFileRequest)(nil),         // 73: space.worker.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),        // 74: space.worker.v1.DeleteFileResponse
-	(*TarOutRequest)(nil),             // 75: space.worker.v1.TarOutRequest
-	(*TarOutResponse)(nil),            // 76: space.worker.v1.TarOutResponse
-	(*TarInHeader)(nil),               // 77: space.worker.v1.TarInHeader
-	(*TarInRequest)(nil),              // 78: space.worker.v1.TarInRequest
-	(*TarInResponse)(nil),             // 79: space.worker.v1.TarInResponse
-	nil,                               // 80: space.worker.v1.SandboxSpec.EnvEntry
-	nil,                               // 81: space.worker.v1.ProcessSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),     // 82: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 83: google.protobuf.Duration
+	(*BuildTemplateRequest)(nil),      // 43: space.worker.v1.BuildTemplateRequest
+	(*BuildTemplateResponse)(nil),     // 44: space.worker.v1.BuildTemplateResponse
+	(*BuildProgress)(nil),             // 45: space.worker.v1.BuildProgress
+	(*ResolveSecretRequest)(nil),      // 46: space.worker.v1.ResolveSecretRequest
+	(*ResolveSecretResponse)(nil),     // 47: space.worker.v1.ResolveSecretResponse
+	(*ProcessSpec)(nil),               // 48: space.worker.v1.ProcessSpec
+	(*PTY)(nil),                       // 49: space.worker.v1.PTY
+	(*ExitStatus)(nil),                // 50: space.worker.v1.ExitStatus
+	(*ProcessInfo)(nil),               // 51: space.worker.v1.ProcessInfo
+	(*Event)(nil),                     // 52: space.worker.v1.Event
+	(*FileInfo)(nil),                  // 53: space.worker.v1.FileInfo
+	(*Opened)(nil),                    // 54: space.worker.v1.Opened
+	(*StartProcessRequest)(nil),       // 55: space.worker.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),      // 56: space.worker.v1.StartProcessResponse
+	(*StreamEventsRequest)(nil),       // 57: space.worker.v1.StreamEventsRequest
+	(*StreamEventsResponse)(nil),      // 58: space.worker.v1.StreamEventsResponse
+	(*WriteStdinRequest)(nil),         // 59: space.worker.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),        // 60: space.worker.v1.WriteStdinResponse
+	(*SignalProcessRequest)(nil),      // 61: space.worker.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),     // 62: space.worker.v1.SignalProcessResponse
+	(*ResizeProcessRequest)(nil),      // 63: space.worker.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 64: space.worker.v1.ResizeProcessResponse
+	(*GetProcessRequest)(nil),         // 65: space.worker.v1.GetProcessRequest
+	(*GetProcessResponse)(nil),        // 66: space.worker.v1.GetProcessResponse
+	(*ListProcessesRequest)(nil),      // 67: space.worker.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),     // 68: space.worker.v1.ListProcessesResponse
+	(*ReadFileRequest)(nil),           // 69: space.worker.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),          // 70: space.worker.v1.ReadFileResponse
+	(*WriteFileHeader)(nil),           // 71: space.worker.v1.WriteFileHeader
+	(*WriteFileRequest)(nil),          // 72: space.worker.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),         // 73: space.worker.v1.WriteFileResponse
+	(*ListDirRequest)(nil),            // 74: space.worker.v1.ListDirRequest
+	(*ListDirResponse)(nil),           // 75: space.worker.v1.ListDirResponse
+	(*StatFileRequest)(nil),           // 76: space.worker.v1.StatFileRequest
+	(*StatFileResponse)(nil),          // 77: space.worker.v1.StatFileResponse
+	(*DeleteFileRequest)(nil),         // 78: space.worker.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),        // 79: space.worker.v1.DeleteFileResponse
+	(*TarOutRequest)(nil),             // 80: space.worker.v1.TarOutRequest
+	(*TarOutResponse)(nil),            // 81: space.worker.v1.TarOutResponse
+	(*TarInHeader)(nil),               // 82: space.worker.v1.TarInHeader
+	(*TarInRequest)(nil),              // 83: space.worker.v1.TarInRequest
+	(*TarInResponse)(nil),             // 84: space.worker.v1.TarInResponse
+	nil,                               // 85: space.worker.v1.SandboxSpec.EnvEntry
+	nil,                               // 86: space.worker.v1.ProcessSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),     // 87: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 88: google.protobuf.Duration
 }
 var file_space_worker_v1_worker_proto_depIdxs = []int32{
-	80, // 0: space.worker.v1.SandboxSpec.env:type_name -> space.worker.v1.SandboxSpec.EnvEntry
-	82, // 1: space.worker.v1.SandboxStatus.booted_at:type_name -> google.protobuf.Timestamp
+	85, // 0: space.worker.v1.SandboxSpec.env:type_name -> space.worker.v1.SandboxSpec.EnvEntry
+	87, // 1: space.worker.v1.SandboxStatus.booted_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: space.worker.v1.SandboxStatus.spec:type_name -> space.worker.v1.SandboxSpec
 	1,  // 3: space.worker.v1.CheckpointStatus.spec:type_name -> space.worker.v1.SandboxSpec
-	82, // 4: space.worker.v1.CheckpointStatus.created_at:type_name -> google.protobuf.Timestamp
-	83, // 5: space.worker.v1.CheckpointStatus.paused:type_name -> google.protobuf.Duration
-	82, // 6: space.worker.v1.NetworkRecord.time:type_name -> google.protobuf.Timestamp
+	87, // 4: space.worker.v1.CheckpointStatus.created_at:type_name -> google.protobuf.Timestamp
+	88, // 5: space.worker.v1.CheckpointStatus.paused:type_name -> google.protobuf.Duration
+	87, // 6: space.worker.v1.NetworkRecord.time:type_name -> google.protobuf.Timestamp
 	1,  // 7: space.worker.v1.CreateSandboxRequest.spec:type_name -> space.worker.v1.SandboxSpec
 	2,  // 8: space.worker.v1.CreateSandboxResponse.status:type_name -> space.worker.v1.SandboxStatus
 	2,  // 9: space.worker.v1.GetSandboxResponse.status:type_name -> space.worker.v1.SandboxStatus
@@ -4808,98 +5178,103 @@ var file_space_worker_v1_worker_proto_depIdxs = []int32{
 	3,  // 17: space.worker.v1.ListCheckpointsResponse.checkpoints:type_name -> space.worker.v1.CheckpointStatus
 	2,  // 18: space.worker.v1.RestoreCheckpointResponse.status:type_name -> space.worker.v1.SandboxStatus
 	1,  // 19: space.worker.v1.PrepareTemplateRequest.spec:type_name -> space.worker.v1.SandboxSpec
-	81, // 20: space.worker.v1.ProcessSpec.env:type_name -> space.worker.v1.ProcessSpec.EnvEntry
-	44, // 21: space.worker.v1.ProcessSpec.pty:type_name -> space.worker.v1.PTY
-	82, // 22: space.worker.v1.ExitStatus.ended_at:type_name -> google.protobuf.Timestamp
-	82, // 23: space.worker.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	45, // 24: space.worker.v1.ProcessInfo.exit:type_name -> space.worker.v1.ExitStatus
-	82, // 25: space.worker.v1.Event.time:type_name -> google.protobuf.Timestamp
-	45, // 26: space.worker.v1.Event.exit:type_name -> space.worker.v1.ExitStatus
-	82, // 27: space.worker.v1.FileInfo.mtime:type_name -> google.protobuf.Timestamp
-	43, // 28: space.worker.v1.StartProcessRequest.spec:type_name -> space.worker.v1.ProcessSpec
-	46, // 29: space.worker.v1.StartProcessResponse.process:type_name -> space.worker.v1.ProcessInfo
-	49, // 30: space.worker.v1.StreamEventsResponse.opened:type_name -> space.worker.v1.Opened
-	47, // 31: space.worker.v1.StreamEventsResponse.event:type_name -> space.worker.v1.Event
-	46, // 32: space.worker.v1.GetProcessResponse.process:type_name -> space.worker.v1.ProcessInfo
-	46, // 33: space.worker.v1.ListProcessesResponse.processes:type_name -> space.worker.v1.ProcessInfo
-	48, // 34: space.worker.v1.ReadFileResponse.info:type_name -> space.worker.v1.FileInfo
-	66, // 35: space.worker.v1.WriteFileRequest.header:type_name -> space.worker.v1.WriteFileHeader
-	48, // 36: space.worker.v1.WriteFileResponse.info:type_name -> space.worker.v1.FileInfo
-	48, // 37: space.worker.v1.ListDirResponse.entries:type_name -> space.worker.v1.FileInfo
-	48, // 38: space.worker.v1.StatFileResponse.info:type_name -> space.worker.v1.FileInfo
-	49, // 39: space.worker.v1.TarOutResponse.opened:type_name -> space.worker.v1.Opened
-	77, // 40: space.worker.v1.TarInRequest.header:type_name -> space.worker.v1.TarInHeader
-	5,  // 41: space.worker.v1.WorkerService.Ready:input_type -> space.worker.v1.ReadyRequest
-	7,  // 42: space.worker.v1.WorkerService.CreateSandbox:input_type -> space.worker.v1.CreateSandboxRequest
-	9,  // 43: space.worker.v1.WorkerService.DeleteSandbox:input_type -> space.worker.v1.DeleteSandboxRequest
-	11, // 44: space.worker.v1.WorkerService.GetSandbox:input_type -> space.worker.v1.GetSandboxRequest
-	13, // 45: space.worker.v1.WorkerService.ListSandboxes:input_type -> space.worker.v1.ListSandboxesRequest
-	15, // 46: space.worker.v1.WorkerService.CheckGuest:input_type -> space.worker.v1.CheckGuestRequest
-	17, // 47: space.worker.v1.WorkerService.SetNetworkPolicy:input_type -> space.worker.v1.SetNetworkPolicyRequest
-	19, // 48: space.worker.v1.WorkerService.GetNetworkLog:input_type -> space.worker.v1.GetNetworkLogRequest
-	21, // 49: space.worker.v1.WorkerService.WatchExits:input_type -> space.worker.v1.WatchExitsRequest
-	23, // 50: space.worker.v1.WorkerService.PauseSandbox:input_type -> space.worker.v1.PauseSandboxRequest
-	25, // 51: space.worker.v1.WorkerService.ResumeSandbox:input_type -> space.worker.v1.ResumeSandboxRequest
-	27, // 52: space.worker.v1.WorkerService.SuspendSandbox:input_type -> space.worker.v1.SuspendSandboxRequest
-	29, // 53: space.worker.v1.WorkerService.WakeSandbox:input_type -> space.worker.v1.WakeSandboxRequest
-	31, // 54: space.worker.v1.WorkerService.CreateCheckpoint:input_type -> space.worker.v1.CreateCheckpointRequest
-	33, // 55: space.worker.v1.WorkerService.DeleteCheckpoint:input_type -> space.worker.v1.DeleteCheckpointRequest
-	35, // 56: space.worker.v1.WorkerService.ListCheckpoints:input_type -> space.worker.v1.ListCheckpointsRequest
-	37, // 57: space.worker.v1.WorkerService.RestoreCheckpoint:input_type -> space.worker.v1.RestoreCheckpointRequest
-	39, // 58: space.worker.v1.WorkerService.PrepareTemplate:input_type -> space.worker.v1.PrepareTemplateRequest
-	41, // 59: space.worker.v1.WorkerService.ForgetTemplate:input_type -> space.worker.v1.ForgetTemplateRequest
-	50, // 60: space.worker.v1.GuestService.StartProcess:input_type -> space.worker.v1.StartProcessRequest
-	52, // 61: space.worker.v1.GuestService.StreamEvents:input_type -> space.worker.v1.StreamEventsRequest
-	54, // 62: space.worker.v1.GuestService.WriteStdin:input_type -> space.worker.v1.WriteStdinRequest
-	56, // 63: space.worker.v1.GuestService.SignalProcess:input_type -> space.worker.v1.SignalProcessRequest
-	58, // 64: space.worker.v1.GuestService.ResizeProcess:input_type -> space.worker.v1.ResizeProcessRequest
-	60, // 65: space.worker.v1.GuestService.GetProcess:input_type -> space.worker.v1.GetProcessRequest
-	62, // 66: space.worker.v1.GuestService.ListProcesses:input_type -> space.worker.v1.ListProcessesRequest
-	64, // 67: space.worker.v1.GuestService.ReadFile:input_type -> space.worker.v1.ReadFileRequest
-	67, // 68: space.worker.v1.GuestService.WriteFile:input_type -> space.worker.v1.WriteFileRequest
-	69, // 69: space.worker.v1.GuestService.ListDir:input_type -> space.worker.v1.ListDirRequest
-	71, // 70: space.worker.v1.GuestService.StatFile:input_type -> space.worker.v1.StatFileRequest
-	73, // 71: space.worker.v1.GuestService.DeleteFile:input_type -> space.worker.v1.DeleteFileRequest
-	75, // 72: space.worker.v1.GuestService.TarOut:input_type -> space.worker.v1.TarOutRequest
-	78, // 73: space.worker.v1.GuestService.TarIn:input_type -> space.worker.v1.TarInRequest
-	6,  // 74: space.worker.v1.WorkerService.Ready:output_type -> space.worker.v1.ReadyResponse
-	8,  // 75: space.worker.v1.WorkerService.CreateSandbox:output_type -> space.worker.v1.CreateSandboxResponse
-	10, // 76: space.worker.v1.WorkerService.DeleteSandbox:output_type -> space.worker.v1.DeleteSandboxResponse
-	12, // 77: space.worker.v1.WorkerService.GetSandbox:output_type -> space.worker.v1.GetSandboxResponse
-	14, // 78: space.worker.v1.WorkerService.ListSandboxes:output_type -> space.worker.v1.ListSandboxesResponse
-	16, // 79: space.worker.v1.WorkerService.CheckGuest:output_type -> space.worker.v1.CheckGuestResponse
-	18, // 80: space.worker.v1.WorkerService.SetNetworkPolicy:output_type -> space.worker.v1.SetNetworkPolicyResponse
-	20, // 81: space.worker.v1.WorkerService.GetNetworkLog:output_type -> space.worker.v1.GetNetworkLogResponse
-	22, // 82: space.worker.v1.WorkerService.WatchExits:output_type -> space.worker.v1.WatchExitsResponse
-	24, // 83: space.worker.v1.WorkerService.PauseSandbox:output_type -> space.worker.v1.PauseSandboxResponse
-	26, // 84: space.worker.v1.WorkerService.ResumeSandbox:output_type -> space.worker.v1.ResumeSandboxResponse
-	28, // 85: space.worker.v1.WorkerService.SuspendSandbox:output_type -> space.worker.v1.SuspendSandboxResponse
-	30, // 86: space.worker.v1.WorkerService.WakeSandbox:output_type -> space.worker.v1.WakeSandboxResponse
-	32, // 87: space.worker.v1.WorkerService.CreateCheckpoint:output_type -> space.worker.v1.CreateCheckpointResponse
-	34, // 88: space.worker.v1.WorkerService.DeleteCheckpoint:output_type -> space.worker.v1.DeleteCheckpointResponse
-	36, // 89: space.worker.v1.WorkerService.ListCheckpoints:output_type -> space.worker.v1.ListCheckpointsResponse
-	38, // 90: space.worker.v1.WorkerService.RestoreCheckpoint:output_type -> space.worker.v1.RestoreCheckpointResponse
-	40, // 91: space.worker.v1.WorkerService.PrepareTemplate:output_type -> space.worker.v1.PrepareTemplateResponse
-	42, // 92: space.worker.v1.WorkerService.ForgetTemplate:output_type -> space.worker.v1.ForgetTemplateResponse
-	51, // 93: space.worker.v1.GuestService.StartProcess:output_type -> space.worker.v1.StartProcessResponse
-	53, // 94: space.worker.v1.GuestService.StreamEvents:output_type -> space.worker.v1.StreamEventsResponse
-	55, // 95: space.worker.v1.GuestService.WriteStdin:output_type -> space.worker.v1.WriteStdinResponse
-	57, // 96: space.worker.v1.GuestService.SignalProcess:output_type -> space.worker.v1.SignalProcessResponse
-	59, // 97: space.worker.v1.GuestService.ResizeProcess:output_type -> space.worker.v1.ResizeProcessResponse
-	61, // 98: space.worker.v1.GuestService.GetProcess:output_type -> space.worker.v1.GetProcessResponse
-	63, // 99: space.worker.v1.GuestService.ListProcesses:output_type -> space.worker.v1.ListProcessesResponse
-	65, // 100: space.worker.v1.GuestService.ReadFile:output_type -> space.worker.v1.ReadFileResponse
-	68, // 101: space.worker.v1.GuestService.WriteFile:output_type -> space.worker.v1.WriteFileResponse
-	70, // 102: space.worker.v1.GuestService.ListDir:output_type -> space.worker.v1.ListDirResponse
-	72, // 103: space.worker.v1.GuestService.StatFile:output_type -> space.worker.v1.StatFileResponse
-	74, // 104: space.worker.v1.GuestService.DeleteFile:output_type -> space.worker.v1.DeleteFileResponse
-	76, // 105: space.worker.v1.GuestService.TarOut:output_type -> space.worker.v1.TarOutResponse
-	79, // 106: space.worker.v1.GuestService.TarIn:output_type -> space.worker.v1.TarInResponse
-	74, // [74:107] is the sub-list for method output_type
-	41, // [41:74] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	45, // 20: space.worker.v1.BuildTemplateResponse.progress:type_name -> space.worker.v1.BuildProgress
+	86, // 21: space.worker.v1.ProcessSpec.env:type_name -> space.worker.v1.ProcessSpec.EnvEntry
+	49, // 22: space.worker.v1.ProcessSpec.pty:type_name -> space.worker.v1.PTY
+	87, // 23: space.worker.v1.ExitStatus.ended_at:type_name -> google.protobuf.Timestamp
+	87, // 24: space.worker.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	50, // 25: space.worker.v1.ProcessInfo.exit:type_name -> space.worker.v1.ExitStatus
+	87, // 26: space.worker.v1.Event.time:type_name -> google.protobuf.Timestamp
+	50, // 27: space.worker.v1.Event.exit:type_name -> space.worker.v1.ExitStatus
+	87, // 28: space.worker.v1.FileInfo.mtime:type_name -> google.protobuf.Timestamp
+	48, // 29: space.worker.v1.StartProcessRequest.spec:type_name -> space.worker.v1.ProcessSpec
+	51, // 30: space.worker.v1.StartProcessResponse.process:type_name -> space.worker.v1.ProcessInfo
+	54, // 31: space.worker.v1.StreamEventsResponse.opened:type_name -> space.worker.v1.Opened
+	52, // 32: space.worker.v1.StreamEventsResponse.event:type_name -> space.worker.v1.Event
+	51, // 33: space.worker.v1.GetProcessResponse.process:type_name -> space.worker.v1.ProcessInfo
+	51, // 34: space.worker.v1.ListProcessesResponse.processes:type_name -> space.worker.v1.ProcessInfo
+	53, // 35: space.worker.v1.ReadFileResponse.info:type_name -> space.worker.v1.FileInfo
+	71, // 36: space.worker.v1.WriteFileRequest.header:type_name -> space.worker.v1.WriteFileHeader
+	53, // 37: space.worker.v1.WriteFileResponse.info:type_name -> space.worker.v1.FileInfo
+	53, // 38: space.worker.v1.ListDirResponse.entries:type_name -> space.worker.v1.FileInfo
+	53, // 39: space.worker.v1.StatFileResponse.info:type_name -> space.worker.v1.FileInfo
+	54, // 40: space.worker.v1.TarOutResponse.opened:type_name -> space.worker.v1.Opened
+	82, // 41: space.worker.v1.TarInRequest.header:type_name -> space.worker.v1.TarInHeader
+	5,  // 42: space.worker.v1.WorkerService.Ready:input_type -> space.worker.v1.ReadyRequest
+	7,  // 43: space.worker.v1.WorkerService.CreateSandbox:input_type -> space.worker.v1.CreateSandboxRequest
+	9,  // 44: space.worker.v1.WorkerService.DeleteSandbox:input_type -> space.worker.v1.DeleteSandboxRequest
+	11, // 45: space.worker.v1.WorkerService.GetSandbox:input_type -> space.worker.v1.GetSandboxRequest
+	13, // 46: space.worker.v1.WorkerService.ListSandboxes:input_type -> space.worker.v1.ListSandboxesRequest
+	15, // 47: space.worker.v1.WorkerService.CheckGuest:input_type -> space.worker.v1.CheckGuestRequest
+	17, // 48: space.worker.v1.WorkerService.SetNetworkPolicy:input_type -> space.worker.v1.SetNetworkPolicyRequest
+	19, // 49: space.worker.v1.WorkerService.GetNetworkLog:input_type -> space.worker.v1.GetNetworkLogRequest
+	21, // 50: space.worker.v1.WorkerService.WatchExits:input_type -> space.worker.v1.WatchExitsRequest
+	23, // 51: space.worker.v1.WorkerService.PauseSandbox:input_type -> space.worker.v1.PauseSandboxRequest
+	25, // 52: space.worker.v1.WorkerService.ResumeSandbox:input_type -> space.worker.v1.ResumeSandboxRequest
+	27, // 53: space.worker.v1.WorkerService.SuspendSandbox:input_type -> space.worker.v1.SuspendSandboxRequest
+	29, // 54: space.worker.v1.WorkerService.WakeSandbox:input_type -> space.worker.v1.WakeSandboxRequest
+	31, // 55: space.worker.v1.WorkerService.CreateCheckpoint:input_type -> space.worker.v1.CreateCheckpointRequest
+	33, // 56: space.worker.v1.WorkerService.DeleteCheckpoint:input_type -> space.worker.v1.DeleteCheckpointRequest
+	35, // 57: space.worker.v1.WorkerService.ListCheckpoints:input_type -> space.worker.v1.ListCheckpointsRequest
+	37, // 58: space.worker.v1.WorkerService.RestoreCheckpoint:input_type -> space.worker.v1.RestoreCheckpointRequest
+	39, // 59: space.worker.v1.WorkerService.PrepareTemplate:input_type -> space.worker.v1.PrepareTemplateRequest
+	41, // 60: space.worker.v1.WorkerService.ForgetTemplate:input_type -> space.worker.v1.ForgetTemplateRequest
+	43, // 61: space.worker.v1.WorkerService.BuildTemplate:input_type -> space.worker.v1.BuildTemplateRequest
+	46, // 62: space.worker.v1.ControlService.ResolveSecret:input_type -> space.worker.v1.ResolveSecretRequest
+	55, // 63: space.worker.v1.GuestService.StartProcess:input_type -> space.worker.v1.StartProcessRequest
+	57, // 64: space.worker.v1.GuestService.StreamEvents:input_type -> space.worker.v1.StreamEventsRequest
+	59, // 65: space.worker.v1.GuestService.WriteStdin:input_type -> space.worker.v1.WriteStdinRequest
+	61, // 66: space.worker.v1.GuestService.SignalProcess:input_type -> space.worker.v1.SignalProcessRequest
+	63, // 67: space.worker.v1.GuestService.ResizeProcess:input_type -> space.worker.v1.ResizeProcessRequest
+	65, // 68: space.worker.v1.GuestService.GetProcess:input_type -> space.worker.v1.GetProcessRequest
+	67, // 69: space.worker.v1.GuestService.ListProcesses:input_type -> space.worker.v1.ListProcessesRequest
+	69, // 70: space.worker.v1.GuestService.ReadFile:input_type -> space.worker.v1.ReadFileRequest
+	72, // 71: space.worker.v1.GuestService.WriteFile:input_type -> space.worker.v1.WriteFileRequest
+	74, // 72: space.worker.v1.GuestService.ListDir:input_type -> space.worker.v1.ListDirRequest
+	76, // 73: space.worker.v1.GuestService.StatFile:input_type -> space.worker.v1.StatFileRequest
+	78, // 74: space.worker.v1.GuestService.DeleteFile:input_type -> space.worker.v1.DeleteFileRequest
+	80, // 75: space.worker.v1.GuestService.TarOut:input_type -> space.worker.v1.TarOutRequest
+	83, // 76: space.worker.v1.GuestService.TarIn:input_type -> space.worker.v1.TarInRequest
+	6,  // 77: space.worker.v1.WorkerService.Ready:output_type -> space.worker.v1.ReadyResponse
+	8,  // 78: space.worker.v1.WorkerService.CreateSandbox:output_type -> space.worker.v1.CreateSandboxResponse
+	10, // 79: space.worker.v1.WorkerService.DeleteSandbox:output_type -> space.worker.v1.DeleteSandboxResponse
+	12, // 80: space.worker.v1.WorkerService.GetSandbox:output_type -> space.worker.v1.GetSandboxResponse
+	14, // 81: space.worker.v1.WorkerService.ListSandboxes:output_type -> space.worker.v1.ListSandboxesResponse
+	16, // 82: space.worker.v1.WorkerService.CheckGuest:output_type -> space.worker.v1.CheckGuestResponse
+	18, // 83: space.worker.v1.WorkerService.SetNetworkPolicy:output_type -> space.worker.v1.SetNetworkPolicyResponse
+	20, // 84: space.worker.v1.WorkerService.GetNetworkLog:output_type -> space.worker.v1.GetNetworkLogResponse
+	22, // 85: space.worker.v1.WorkerService.WatchExits:output_type -> space.worker.v1.WatchExitsResponse
+	24, // 86: space.worker.v1.WorkerService.PauseSandbox:output_type -> space.worker.v1.PauseSandboxResponse
+	26, // 87: space.worker.v1.WorkerService.ResumeSandbox:output_type -> space.worker.v1.ResumeSandboxResponse
+	28, // 88: space.worker.v1.WorkerService.SuspendSandbox:output_type -> space.worker.v1.SuspendSandboxResponse
+	30, // 89: space.worker.v1.WorkerService.WakeSandbox:output_type -> space.worker.v1.WakeSandboxResponse
+	32, // 90: space.worker.v1.WorkerService.CreateCheckpoint:output_type -> space.worker.v1.CreateCheckpointResponse
+	34, // 91: space.worker.v1.WorkerService.DeleteCheckpoint:output_type -> space.worker.v1.DeleteCheckpointResponse
+	36, // 92: space.worker.v1.WorkerService.ListCheckpoints:output_type -> space.worker.v1.ListCheckpointsResponse
+	38, // 93: space.worker.v1.WorkerService.RestoreCheckpoint:output_type -> space.worker.v1.RestoreCheckpointResponse
+	40, // 94: space.worker.v1.WorkerService.PrepareTemplate:output_type -> space.worker.v1.PrepareTemplateResponse
+	42, // 95: space.worker.v1.WorkerService.ForgetTemplate:output_type -> space.worker.v1.ForgetTemplateResponse
+	44, // 96: space.worker.v1.WorkerService.BuildTemplate:output_type -> space.worker.v1.BuildTemplateResponse
+	47, // 97: space.worker.v1.ControlService.ResolveSecret:output_type -> space.worker.v1.ResolveSecretResponse
+	56, // 98: space.worker.v1.GuestService.StartProcess:output_type -> space.worker.v1.StartProcessResponse
+	58, // 99: space.worker.v1.GuestService.StreamEvents:output_type -> space.worker.v1.StreamEventsResponse
+	60, // 100: space.worker.v1.GuestService.WriteStdin:output_type -> space.worker.v1.WriteStdinResponse
+	62, // 101: space.worker.v1.GuestService.SignalProcess:output_type -> space.worker.v1.SignalProcessResponse
+	64, // 102: space.worker.v1.GuestService.ResizeProcess:output_type -> space.worker.v1.ResizeProcessResponse
+	66, // 103: space.worker.v1.GuestService.GetProcess:output_type -> space.worker.v1.GetProcessResponse
+	68, // 104: space.worker.v1.GuestService.ListProcesses:output_type -> space.worker.v1.ListProcessesResponse
+	70, // 105: space.worker.v1.GuestService.ReadFile:output_type -> space.worker.v1.ReadFileResponse
+	73, // 106: space.worker.v1.GuestService.WriteFile:output_type -> space.worker.v1.WriteFileResponse
+	75, // 107: space.worker.v1.GuestService.ListDir:output_type -> space.worker.v1.ListDirResponse
+	77, // 108: space.worker.v1.GuestService.StatFile:output_type -> space.worker.v1.StatFileResponse
+	79, // 109: space.worker.v1.GuestService.DeleteFile:output_type -> space.worker.v1.DeleteFileResponse
+	81, // 110: space.worker.v1.GuestService.TarOut:output_type -> space.worker.v1.TarOutResponse
+	84, // 111: space.worker.v1.GuestService.TarIn:output_type -> space.worker.v1.TarInResponse
+	77, // [77:112] is the sub-list for method output_type
+	42, // [42:77] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_space_worker_v1_worker_proto_init() }
@@ -4907,24 +5282,29 @@ func file_space_worker_v1_worker_proto_init() {
 	if File_space_worker_v1_worker_proto != nil {
 		return
 	}
-	file_space_worker_v1_worker_proto_msgTypes[45].OneofWrappers = []any{}
-	file_space_worker_v1_worker_proto_msgTypes[53].OneofWrappers = []any{
+	file_space_worker_v1_worker_proto_msgTypes[44].OneofWrappers = []any{
+		(*BuildTemplateResponse_Progress)(nil),
+		(*BuildTemplateResponse_Log)(nil),
+		(*BuildTemplateResponse_Metadata)(nil),
+	}
+	file_space_worker_v1_worker_proto_msgTypes[50].OneofWrappers = []any{}
+	file_space_worker_v1_worker_proto_msgTypes[58].OneofWrappers = []any{
 		(*StreamEventsResponse_Opened)(nil),
 		(*StreamEventsResponse_Event)(nil),
 	}
-	file_space_worker_v1_worker_proto_msgTypes[65].OneofWrappers = []any{
+	file_space_worker_v1_worker_proto_msgTypes[70].OneofWrappers = []any{
 		(*ReadFileResponse_Info)(nil),
 		(*ReadFileResponse_Chunk)(nil),
 	}
-	file_space_worker_v1_worker_proto_msgTypes[67].OneofWrappers = []any{
+	file_space_worker_v1_worker_proto_msgTypes[72].OneofWrappers = []any{
 		(*WriteFileRequest_Header)(nil),
 		(*WriteFileRequest_Chunk)(nil),
 	}
-	file_space_worker_v1_worker_proto_msgTypes[76].OneofWrappers = []any{
+	file_space_worker_v1_worker_proto_msgTypes[81].OneofWrappers = []any{
 		(*TarOutResponse_Opened)(nil),
 		(*TarOutResponse_Chunk)(nil),
 	}
-	file_space_worker_v1_worker_proto_msgTypes[78].OneofWrappers = []any{
+	file_space_worker_v1_worker_proto_msgTypes[83].OneofWrappers = []any{
 		(*TarInRequest_Header)(nil),
 		(*TarInRequest_Chunk)(nil),
 	}
@@ -4934,9 +5314,9 @@ func file_space_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_worker_v1_worker_proto_rawDesc), len(file_space_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   82,
+			NumMessages:   87,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_space_worker_v1_worker_proto_goTypes,
 		DependencyIndexes: file_space_worker_v1_worker_proto_depIdxs,

@@ -68,6 +68,10 @@ type Config struct {
 	Egress  *egress.Service
 	// Secrets resolves ${secret:NAME} references of policies at request time.
 	Secrets SecretLookup
+	// SandboxSecrets, when set, resolves them instead by sandbox id: a
+	// cluster worker asks the control plane, which knows whose sandbox it
+	// is (the scope a Pod carries is not trusted for that).
+	SandboxSecrets SandboxSecretLookup
 	// PoolSize is how many restored, paused VMs the worker keeps per
 	// template snapshot in use, to take on create (pool.go). Zero means
 	// DefaultPoolSize; negative disables pools.

@@ -19,6 +19,10 @@ import (
 // is the sandbox's SandboxSpec.SecretScope.
 type SecretLookup func(ctx context.Context, scope, name string) (string, error)
 
+// SandboxSecretLookup resolves a secret for the egress proxy of sandbox
+// sandboxID at request time.
+type SandboxSecretLookup func(ctx context.Context, sandboxID, name string) (string, error)
+
 // denyAll is the policy of a sandbox created without one.
 var denyAll = json.RawMessage(`{"egress":{"default":"deny"}}`)
 
@@ -34,7 +38,12 @@ func (w *Worker) withNetwork(spec worker.SandboxSpec) worker.SandboxSpec {
 	return spec
 }
 
-func (w *Worker) secretFunc(scope string) egress.SecretFunc {
+func (w *Worker) secretFunc(sandboxID, scope string) egress.SecretFunc {
+	if w.cfg.SandboxSecrets != nil {
+		return func(ctx context.Context, name string) (string, error) {
+			return w.cfg.SandboxSecrets(ctx, sandboxID, name)
+		}
+	}
 	if w.cfg.Secrets == nil || scope == "" {
 		return nil
 	}
@@ -107,7 +116,7 @@ func (w *Worker) attachNet(ctx context.Context, sb *sandbox, ns *network.Sandbox
 		return err
 	}
 	if err := w.cfg.Egress.Attach(ctx, sb.spec.ID, egress.Listeners{Proxy: ls.Proxy, DNSTCP: ls.DNSTCP, DNSUDP: ls.DNSUDP},
-		p, w.secretFunc(sb.spec.SecretScope)); err != nil {
+		p, w.secretFunc(sb.spec.ID, sb.spec.SecretScope)); err != nil {
 		_ = ls.Close()
 		return err
 	}

@@ -30,20 +30,24 @@ type ServerConfig struct {
 	// Token is the internal token every call must carry (see LoadToken).
 	Token  Token
 	Logger *slog.Logger
+	// Templates, when set, serves BuildTemplate (nil: refused as a
+	// failed precondition).
+	Templates TemplateBuilder
 }
 
 // Server serves the worker protocol over a worker.Worker. It is an
 // http.Handler; HTTPServer wraps it in an http.Server that speaks HTTP/2,
 // in clear (h2c) or over TLS.
 type Server struct {
-	w       worker.Worker
-	token   Token
-	log     *slog.Logger
-	mux     *http.ServeMux
-	refuse  *connect.ErrorWriter
-	exits   *exitQueue
-	closing context.Context // done once Close is called: long streams end
-	close   context.CancelFunc
+	w         worker.Worker
+	templates TemplateBuilder
+	token     Token
+	log       *slog.Logger
+	mux       *http.ServeMux
+	refuse    *connect.ErrorWriter
+	exits     *exitQueue
+	closing   context.Context // done once Close is called: long streams end
+	close     context.CancelFunc
 }
 
 // NewServer returns a Server over cfg.Worker; it starts taking the
@@ -62,7 +66,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	log = log.With("component", "worker-protocol")
 	closing, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		w: cfg.Worker, token: cfg.Token, log: log, mux: http.NewServeMux(),
+		w: cfg.Worker, templates: cfg.Templates, token: cfg.Token, log: log, mux: http.NewServeMux(),
 		refuse: connect.NewErrorWriter(), closing: closing, close: cancel,
 	}
 	s.exits = newExitQueue(cfg.Worker.Exits(), closing, log)

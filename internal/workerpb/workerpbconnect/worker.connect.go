@@ -35,6 +35,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// WorkerServiceName is the fully-qualified name of the WorkerService service.
 	WorkerServiceName = "space.worker.v1.WorkerService"
+	// ControlServiceName is the fully-qualified name of the ControlService service.
+	ControlServiceName = "space.worker.v1.ControlService"
 	// GuestServiceName is the fully-qualified name of the GuestService service.
 	GuestServiceName = "space.worker.v1.GuestService"
 )
@@ -103,6 +105,12 @@ const (
 	// WorkerServiceForgetTemplateProcedure is the fully-qualified name of the WorkerService's
 	// ForgetTemplate RPC.
 	WorkerServiceForgetTemplateProcedure = "/space.worker.v1.WorkerService/ForgetTemplate"
+	// WorkerServiceBuildTemplateProcedure is the fully-qualified name of the WorkerService's
+	// BuildTemplate RPC.
+	WorkerServiceBuildTemplateProcedure = "/space.worker.v1.WorkerService/BuildTemplate"
+	// ControlServiceResolveSecretProcedure is the fully-qualified name of the ControlService's
+	// ResolveSecret RPC.
+	ControlServiceResolveSecretProcedure = "/space.worker.v1.ControlService/ResolveSecret"
 	// GuestServiceStartProcessProcedure is the fully-qualified name of the GuestService's StartProcess
 	// RPC.
 	GuestServiceStartProcessProcedure = "/space.worker.v1.GuestService/StartProcess"
@@ -165,6 +173,11 @@ type WorkerServiceClient interface {
 	RestoreCheckpoint(context.Context, *connect.Request[workerpb.RestoreCheckpointRequest]) (*connect.Response[workerpb.RestoreCheckpointResponse], error)
 	PrepareTemplate(context.Context, *connect.Request[workerpb.PrepareTemplateRequest]) (*connect.Response[workerpb.PrepareTemplateResponse], error)
 	ForgetTemplate(context.Context, *connect.Request[workerpb.ForgetTemplateRequest]) (*connect.Response[workerpb.ForgetTemplateResponse], error)
+	// BuildTemplate builds a template image on this worker (it has root,
+	// mmdebstrap and the agent; a cluster's control plane has none of them)
+	// and publishes it to object storage by digest before it answers: the
+	// stream carries the build's progress and log, then the metadata.
+	BuildTemplate(context.Context, *connect.Request[workerpb.BuildTemplateRequest]) (*connect.ServerStreamForClient[workerpb.BuildTemplateResponse], error)
 }
 
 // NewWorkerServiceClient constructs a client for the space.worker.v1.WorkerService service. By
@@ -292,6 +305,12 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(workerServiceMethods.ByName("ForgetTemplate")),
 			connect.WithClientOptions(opts...),
 		),
+		buildTemplate: connect.NewClient[workerpb.BuildTemplateRequest, workerpb.BuildTemplateResponse](
+			httpClient,
+			baseURL+WorkerServiceBuildTemplateProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("BuildTemplate")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -316,6 +335,7 @@ type workerServiceClient struct {
 	restoreCheckpoint *connect.Client[workerpb.RestoreCheckpointRequest, workerpb.RestoreCheckpointResponse]
 	prepareTemplate   *connect.Client[workerpb.PrepareTemplateRequest, workerpb.PrepareTemplateResponse]
 	forgetTemplate    *connect.Client[workerpb.ForgetTemplateRequest, workerpb.ForgetTemplateResponse]
+	buildTemplate     *connect.Client[workerpb.BuildTemplateRequest, workerpb.BuildTemplateResponse]
 }
 
 // Ready calls space.worker.v1.WorkerService.Ready.
@@ -413,6 +433,11 @@ func (c *workerServiceClient) ForgetTemplate(ctx context.Context, req *connect.R
 	return c.forgetTemplate.CallUnary(ctx, req)
 }
 
+// BuildTemplate calls space.worker.v1.WorkerService.BuildTemplate.
+func (c *workerServiceClient) BuildTemplate(ctx context.Context, req *connect.Request[workerpb.BuildTemplateRequest]) (*connect.ServerStreamForClient[workerpb.BuildTemplateResponse], error) {
+	return c.buildTemplate.CallServerStream(ctx, req)
+}
+
 // WorkerServiceHandler is an implementation of the space.worker.v1.WorkerService service.
 type WorkerServiceHandler interface {
 	// Ready fails (unavailable) when the worker cannot start VMs now.
@@ -440,6 +465,11 @@ type WorkerServiceHandler interface {
 	RestoreCheckpoint(context.Context, *connect.Request[workerpb.RestoreCheckpointRequest]) (*connect.Response[workerpb.RestoreCheckpointResponse], error)
 	PrepareTemplate(context.Context, *connect.Request[workerpb.PrepareTemplateRequest]) (*connect.Response[workerpb.PrepareTemplateResponse], error)
 	ForgetTemplate(context.Context, *connect.Request[workerpb.ForgetTemplateRequest]) (*connect.Response[workerpb.ForgetTemplateResponse], error)
+	// BuildTemplate builds a template image on this worker (it has root,
+	// mmdebstrap and the agent; a cluster's control plane has none of them)
+	// and publishes it to object storage by digest before it answers: the
+	// stream carries the build's progress and log, then the metadata.
+	BuildTemplate(context.Context, *connect.Request[workerpb.BuildTemplateRequest], *connect.ServerStream[workerpb.BuildTemplateResponse]) error
 }
 
 // NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -563,6 +593,12 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(workerServiceMethods.ByName("ForgetTemplate")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceBuildTemplateHandler := connect.NewServerStreamHandler(
+		WorkerServiceBuildTemplateProcedure,
+		svc.BuildTemplate,
+		connect.WithSchema(workerServiceMethods.ByName("BuildTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/space.worker.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerServiceReadyProcedure:
@@ -603,6 +639,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServicePrepareTemplateHandler.ServeHTTP(w, r)
 		case WorkerServiceForgetTemplateProcedure:
 			workerServiceForgetTemplateHandler.ServeHTTP(w, r)
+		case WorkerServiceBuildTemplateProcedure:
+			workerServiceBuildTemplateHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -686,6 +724,90 @@ func (UnimplementedWorkerServiceHandler) PrepareTemplate(context.Context, *conne
 
 func (UnimplementedWorkerServiceHandler) ForgetTemplate(context.Context, *connect.Request[workerpb.ForgetTemplateRequest]) (*connect.Response[workerpb.ForgetTemplateResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.worker.v1.WorkerService.ForgetTemplate is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) BuildTemplate(context.Context, *connect.Request[workerpb.BuildTemplateRequest], *connect.ServerStream[workerpb.BuildTemplateResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.worker.v1.WorkerService.BuildTemplate is not implemented"))
+}
+
+// ControlServiceClient is a client for the space.worker.v1.ControlService service.
+type ControlServiceClient interface {
+	// ResolveSecret is the current value of a tenant's secret that the
+	// policy of sandbox_id references, for that sandbox's egress proxy. The
+	// answer is the tenant's of that sandbox only, and only to the worker
+	// of the node the sandbox's Pod is bound to; anything else reads
+	// not_found, whatever the reason.
+	ResolveSecret(context.Context, *connect.Request[workerpb.ResolveSecretRequest]) (*connect.Response[workerpb.ResolveSecretResponse], error)
+}
+
+// NewControlServiceClient constructs a client for the space.worker.v1.ControlService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewControlServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ControlServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	controlServiceMethods := workerpb.File_space_worker_v1_worker_proto.Services().ByName("ControlService").Methods()
+	return &controlServiceClient{
+		resolveSecret: connect.NewClient[workerpb.ResolveSecretRequest, workerpb.ResolveSecretResponse](
+			httpClient,
+			baseURL+ControlServiceResolveSecretProcedure,
+			connect.WithSchema(controlServiceMethods.ByName("ResolveSecret")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// controlServiceClient implements ControlServiceClient.
+type controlServiceClient struct {
+	resolveSecret *connect.Client[workerpb.ResolveSecretRequest, workerpb.ResolveSecretResponse]
+}
+
+// ResolveSecret calls space.worker.v1.ControlService.ResolveSecret.
+func (c *controlServiceClient) ResolveSecret(ctx context.Context, req *connect.Request[workerpb.ResolveSecretRequest]) (*connect.Response[workerpb.ResolveSecretResponse], error) {
+	return c.resolveSecret.CallUnary(ctx, req)
+}
+
+// ControlServiceHandler is an implementation of the space.worker.v1.ControlService service.
+type ControlServiceHandler interface {
+	// ResolveSecret is the current value of a tenant's secret that the
+	// policy of sandbox_id references, for that sandbox's egress proxy. The
+	// answer is the tenant's of that sandbox only, and only to the worker
+	// of the node the sandbox's Pod is bound to; anything else reads
+	// not_found, whatever the reason.
+	ResolveSecret(context.Context, *connect.Request[workerpb.ResolveSecretRequest]) (*connect.Response[workerpb.ResolveSecretResponse], error)
+}
+
+// NewControlServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewControlServiceHandler(svc ControlServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	controlServiceMethods := workerpb.File_space_worker_v1_worker_proto.Services().ByName("ControlService").Methods()
+	controlServiceResolveSecretHandler := connect.NewUnaryHandler(
+		ControlServiceResolveSecretProcedure,
+		svc.ResolveSecret,
+		connect.WithSchema(controlServiceMethods.ByName("ResolveSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/space.worker.v1.ControlService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ControlServiceResolveSecretProcedure:
+			controlServiceResolveSecretHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedControlServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedControlServiceHandler struct{}
+
+func (UnimplementedControlServiceHandler) ResolveSecret(context.Context, *connect.Request[workerpb.ResolveSecretRequest]) (*connect.Response[workerpb.ResolveSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.worker.v1.ControlService.ResolveSecret is not implemented"))
 }
 
 // GuestServiceClient is a client for the space.worker.v1.GuestService service.
