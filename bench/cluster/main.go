@@ -23,10 +23,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/bench/internal/apiclient"
 	"github.com/space-sandbox/space/bench/internal/stats"
 	"github.com/space-sandbox/space/internal/devcluster"
 )
@@ -45,19 +48,20 @@ func main() {
 
 func run(spaced string, runs, burst, poolSize int) error {
 	pool := fmt.Sprint(poolSize)
-	single, err := startSingle(spaced, "--pool-size", pool, "--accel", "auto")
+	stopSingle, url, singleKey, err := apiclient.StartServer(spaced, "--pool-size", pool, "--accel", "auto")
 	if err != nil {
-		return err
+		return fmt.Errorf("single node: %w", err)
 	}
-	defer single.stop()
+	defer stopSingle()
+	single := newClient(url, singleKey)
 	dir, err := os.MkdirTemp("", "space-bench-cluster-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	startCtx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cl, err := devcluster.Start(ctx, devcluster.Options{
+	cl, err := devcluster.Start(startCtx, devcluster.Options{
 		Dir: dir, Spaced: spaced, ControlAddrs: []string{"127.0.0.1:0"}, Workers: 3,
 		WorkerArgs:  []string{"--accel", "auto", "--pool-size", pool},
 		ControlArgs: []string{"--quota-sandboxes", "100"},
@@ -71,14 +75,15 @@ func run(spaced string, runs, burst, poolSize int) error {
 	if err != nil {
 		return err
 	}
-	control := newClient(cl.ControlURLs()[0], string(key))
+	control := newClient(cl.ControlURLs()[0], strings.TrimSpace(string(key)))
+	ctx := context.Background() // each call below is bounded by its own timeout
 
 	// Ready snapshots first: one create on the single node, one per worker
 	// (three at once, which the scheduler spreads over the idle workers).
-	if err := warm(single.client, 1); err != nil {
+	if err := warm(ctx, single, 1); err != nil {
 		return fmt.Errorf("single node warm-up: %w", err)
 	}
-	if err := warm(control, len(cl.Info.Workers)); err != nil {
+	if err := warm(ctx, control, len(cl.Info.Workers)); err != nil {
 		return fmt.Errorf("cluster warm-up: %w", err)
 	}
 
@@ -86,10 +91,10 @@ func run(spaced string, runs, burst, poolSize int) error {
 	clusterSeries := stats.Series{Name: "create, through the scheduler", Unit: "ms"}
 	for range runs {
 		for _, m := range []struct {
-			c *client
+			c *apiclient.Client
 			s *stats.Series
-		}{{single.client, &singleSeries}, {control, &clusterSeries}} {
-			d, err := m.c.createOne()
+		}{{single, &singleSeries}, {control, &clusterSeries}} {
+			d, err := createOne(ctx, m.c)
 			if err != nil {
 				return fmt.Errorf("%s: %w", m.s.Name, err)
 			}
@@ -99,7 +104,7 @@ func run(spaced string, runs, burst, poolSize int) error {
 	var total time.Duration
 	burstSeries := stats.Series{Name: fmt.Sprintf("%d creates in a row, each", burst), Unit: "ms"}
 	for range burst {
-		d, err := control.createOne()
+		d, err := createOne(ctx, control)
 		if err != nil {
 			return fmt.Errorf("creates in a row: %w", err)
 		}
@@ -114,7 +119,7 @@ func run(spaced string, runs, burst, poolSize int) error {
 	for _, w := range cl.Info.Workers {
 		nodes = append(nodes, w.Name)
 	}
-	wakes, err := wakeSeries(single.client, control, cordoner{kube: cl.Kube(), nodes: nodes}, runs)
+	wakes, err := wakeSeries(ctx, single, control, cordoner{kube: cl.Kube(), nodes: nodes}, runs)
 	if err != nil {
 		return err
 	}
@@ -122,23 +127,47 @@ func run(spaced string, runs, burst, poolSize int) error {
 	return nil
 }
 
+// newClient speaks the public API at url with key.
+func newClient(url, key string) *apiclient.Client {
+	return &apiclient.Client{URL: url, Key: key, HTTP: &http.Client{Timeout: 2 * time.Minute}}
+}
+
+// A small sandbox: the creates measured and the warm-ups.
+var small = map[string]any{"template": "base", "vcpus": 1, "memory_mib": 256}
+
+// createOne times one create (API call to operation succeeded), then
+// deletes the sandbox (not timed).
+func createOne(ctx context.Context, c *apiclient.Client) (time.Duration, error) {
+	start := time.Now()
+	id, err := c.CreateFrom(ctx, small, 10*time.Minute)
+	d := time.Since(start)
+	if id != "" {
+		if derr := c.Delete(id); err == nil {
+			err = derr
+		}
+	}
+	return d, err
+}
+
 // warm creates n sandboxes at once and deletes them.
-func warm(c *client, n int) error {
+func warm(ctx context.Context, c *apiclient.Client, n int) error {
 	var ids, ops []string
+	defer func() {
+		for _, id := range ids {
+			c.Delete(id)
+		}
+	}()
 	for range n {
-		id, op, err := c.create()
+		id, op, err := c.StartCreate(ctx, small)
+		if id != "" {
+			ids, ops = append(ids, id), append(ops, op)
+		}
 		if err != nil {
 			return err
 		}
-		ids, ops = append(ids, id), append(ops, op)
 	}
-	for i := range ids {
-		if err := c.wait(ops[i], 10*time.Minute); err != nil {
-			return err
-		}
-	}
-	for _, id := range ids {
-		if err := c.delete(id); err != nil {
+	for _, op := range ops {
+		if err := c.Wait(ctx, op, 10*time.Minute); err != nil {
 			return err
 		}
 	}

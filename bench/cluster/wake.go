@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/space-sandbox/space/bench/internal/apiclient"
 	"github.com/space-sandbox/space/bench/internal/stats"
 )
 
@@ -22,26 +23,21 @@ import (
 // wakeOnce creates a sandbox of memoryMiB, suspends it, calls place (when
 // set) with the node it ran on, and times the wake to the first command.
 // The sandbox is deleted after, and place's undo run.
-func (c *client) wakeOnce(memoryMiB int, place func(node string) (undo func(), err error)) (time.Duration, error) {
-	var out struct {
-		Sandbox   struct{ ID string } `json:"sandbox"`
-		Operation struct{ ID string } `json:"operation"`
+func wakeOnce(ctx context.Context, c *apiclient.Client, memoryMiB int, place func(node string) (undo func(), err error)) (time.Duration, error) {
+	id, err := c.CreateFrom(ctx, map[string]any{"template": "base", "vcpus": 1, "memory_mib": memoryMiB}, 10*time.Minute)
+	if id != "" {
+		defer c.Delete(id)
 	}
-	if _, err := c.do("POST", "/v1/sandboxes", map[string]any{"template": "base", "vcpus": 1, "memory_mib": memoryMiB}, &out); err != nil {
-		return 0, err
-	}
-	id := out.Sandbox.ID
-	defer c.delete(id)
-	if err := c.wait(out.Operation.ID, 10*time.Minute); err != nil {
+	if err != nil {
 		return 0, err
 	}
 	var sb struct {
 		Worker string `json:"worker"`
 	}
-	if _, err := c.do("GET", "/v1/sandboxes/"+id, nil, &sb); err != nil {
+	if err := c.Do(ctx, "GET", "/v1/sandboxes/"+id, nil, &sb, 200); err != nil {
 		return 0, err
 	}
-	if err := c.lifecycle(id, "suspend"); err != nil {
+	if err := c.Lifecycle(ctx, id, "suspend", 10*time.Minute); err != nil {
 		return 0, err
 	}
 	if place != nil {
@@ -52,24 +48,13 @@ func (c *client) wakeOnce(memoryMiB int, place func(node string) (undo func(), e
 		defer undo()
 	}
 	start := time.Now()
-	if err := c.lifecycle(id, "wake"); err != nil {
+	if err := c.Lifecycle(ctx, id, "wake", 10*time.Minute); err != nil {
 		return 0, err
 	}
-	if _, err := c.do("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"argv": []string{"true"}}, nil); err != nil {
+	if err := c.ExecTrue(ctx, id); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil
-}
-
-// lifecycle posts a lifecycle verb and waits for its operation.
-func (c *client) lifecycle(id, verb string) error {
-	var out struct {
-		Operation struct{ ID string } `json:"operation"`
-	}
-	if _, err := c.do("POST", "/v1/sandboxes/"+id+"/"+verb, nil, &out); err != nil {
-		return err
-	}
-	return c.wait(out.Operation.ID, 10*time.Minute)
 }
 
 // cordoner places a wake by cordoning worker nodes.
@@ -115,12 +100,12 @@ func (k cordoner) cordon(nodes []string) (func(), error) {
 
 // wakeSeries measures runs wakes of each size on the single node and on
 // the same and another worker of the cluster.
-func wakeSeries(single, control *client, k cordoner, runs int) ([]stats.Series, error) {
+func wakeSeries(ctx context.Context, single, control *apiclient.Client, k cordoner, runs int) ([]stats.Series, error) {
 	var out []stats.Series
 	for _, mib := range []int{256, 1024} {
 		setups := []struct {
 			name  string
-			c     *client
+			c     *apiclient.Client
 			place func(string) (func(), error)
 		}{
 			{"single node", single, nil},
@@ -133,7 +118,7 @@ func wakeSeries(single, control *client, k cordoner, runs int) ([]stats.Series, 
 		}
 		for range runs { // interleaved, so load drifts hit all three alike
 			for i, s := range setups {
-				d, err := s.c.wakeOnce(mib, s.place)
+				d, err := wakeOnce(ctx, s.c, mib, s.place)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", series[i].Name, err)
 				}

@@ -1,6 +1,7 @@
 // Package apiclient is the HTTP API client the benches share: JSON calls
-// with the bearer key, create from base awaiting its operation, delete,
-// a command round trip, and a spaced started on a temporary data dir.
+// with the bearer key, creates, lifecycle verbs and deletes awaiting their
+// operations, a command round trip, and a spaced started on a temporary
+// data dir.
 package apiclient
 
 import (
@@ -64,40 +65,67 @@ func (c *Client) Create(ctx context.Context, timeout time.Duration) (string, err
 
 // CreateFrom is Create with the request body given.
 func (c *Client) CreateFrom(ctx context.Context, body map[string]any, timeout time.Duration) (string, error) {
+	id, op, err := c.StartCreate(ctx, body)
+	if err != nil {
+		return id, err
+	}
+	return id, c.Wait(ctx, op, timeout)
+}
+
+// StartCreate posts a create with body and returns its sandbox and
+// operation ids without waiting for the operation.
+func (c *Client) StartCreate(ctx context.Context, body map[string]any) (id, op string, err error) {
 	var created struct {
 		Sandbox   struct{ ID string }
 		Operation struct{ ID string }
 	}
-	if err := c.Do(ctx, "POST", "/v1/sandboxes", body, &created, 202); err != nil {
-		return "", err
-	}
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		var op struct {
-			State string
-			Error *struct{ Code, Message string }
-		}
-		if err := c.Do(ctx, "GET", "/v1/operations/"+created.Operation.ID+"?wait=30s", nil, &op, 200); err != nil {
-			return created.Sandbox.ID, err
-		}
-		switch op.State {
-		case "succeeded":
-			return created.Sandbox.ID, nil
-		case "failed", "cancelled":
-			return created.Sandbox.ID, fmt.Errorf("create %s: %+v", op.State, op.Error)
-		}
-	}
-	return created.Sandbox.ID, fmt.Errorf("create not done after %s", timeout)
+	err = c.Do(ctx, "POST", "/v1/sandboxes", body, &created, 202)
+	return created.Sandbox.ID, created.Operation.ID, err
 }
 
-// Delete deletes sandbox id and waits (bounded) for its operation.
-func (c *Client) Delete(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// Wait long-polls operation op until it is done, for at most about
+// timeout; an outcome other than succeeded is an error.
+func (c *Client) Wait(ctx context.Context, op string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var o struct {
+			Type, State string
+			Error       *struct{ Code, Message string }
+		}
+		if err := c.Do(ctx, "GET", "/v1/operations/"+op+"?wait=30s", nil, &o, 200); err != nil {
+			return err
+		}
+		switch o.State {
+		case "succeeded":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("%s %s: %+v", o.Type, o.State, o.Error)
+		}
+	}
+	return fmt.Errorf("operation %s not done after %s", op, timeout)
+}
+
+// Lifecycle posts verb (pause, suspend, wake, …) to sandbox id and waits
+// for its operation.
+func (c *Client) Lifecycle(ctx context.Context, id, verb string, timeout time.Duration) error {
+	var resp struct{ Operation struct{ ID string } }
+	if err := c.Do(ctx, "POST", "/v1/sandboxes/"+id+"/"+verb, nil, &resp, 202); err != nil {
+		return err
+	}
+	return c.Wait(ctx, resp.Operation.ID, timeout)
+}
+
+// Delete deletes sandbox id and waits for its operation, for at most five
+// minutes and also when the caller's context is done (it runs in
+// deferred clean-ups).
+func (c *Client) Delete(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var resp struct{ Operation struct{ ID string } }
-	if c.Do(ctx, "DELETE", "/v1/sandboxes/"+id, nil, &resp, 202) == nil {
-		c.Do(ctx, "GET", "/v1/operations/"+resp.Operation.ID+"?wait=60s", nil, nil, 200)
+	if err := c.Do(ctx, "DELETE", "/v1/sandboxes/"+id, nil, &resp, 202); err != nil {
+		return err
 	}
+	return c.Wait(ctx, resp.Operation.ID, 5*time.Minute)
 }
 
 // ExecTrue runs argv `true` in sandbox id and wants exit 0.
@@ -124,6 +152,8 @@ func StartServer(bin string, extra ...string) (stop func(), url, key string, err
 }
 
 // StartServerData is StartServer that also returns the server's data dir.
+// The server gets SIGKILL if this process dies first; it has five minutes
+// to start serving.
 func StartServerData(bin string, extra ...string) (stop func(), url, key, data string, err error) {
 	dir, err := os.MkdirTemp("", "space-bench-api-")
 	if err != nil {
@@ -133,11 +163,15 @@ func StartServerData(bin string, extra ...string) (stop func(), url, key, data s
 	logPath := filepath.Join(dir, "spaced.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, "", "", "", err
 	}
+	defer logf.Close() // the server has its own copy
 	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--data-dir", data, "--quota-sandboxes", "100"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
 		return nil, "", "", "", err
 	}
 	stop = func() {
@@ -146,7 +180,7 @@ func StartServerData(bin string, extra ...string) (stop func(), url, key, data s
 		exec.Command("umount", filepath.Join(data, "vol")).Run()
 		os.RemoveAll(dir)
 	}
-	for i := 0; i < 1200; i++ {
+	for range 3000 {
 		b, _ := os.ReadFile(logPath)
 		if m := listenRE.FindSubmatch(b); m != nil {
 			k, err := os.ReadFile(filepath.Join(data, "admin.key"))
