@@ -33,7 +33,11 @@ func newDomain(t *testing.T) *domain {
 	return newDomainConfig(t, Config{})
 }
 
-func newDomainConfig(t *testing.T, cfg Config) *domain {
+func newDomainConfig(t *testing.T, cfg Config) *domain { return newDomainWith(t, cfg, nil) }
+
+// newDomainWith is newDomainConfig with the service's worker wrapped by
+// wrap (when set) around the API tests' worker.
+func newDomainWith(t *testing.T, cfg Config, wrap func(*apitest.Worker) worker.Worker) *domain {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
@@ -48,7 +52,11 @@ func newDomainConfig(t *testing.T, cfg Config) *domain {
 		eng.Close(ctx)
 	})
 	fw := apitest.NewWorker(t)
-	svc, err := New(cfg, Deps{Store: st, Ops: eng, Worker: fw, Logger: log, Templates: TemplateDeps{LogDir: t.TempDir()}})
+	var w worker.Worker = fw
+	if wrap != nil {
+		w = wrap(fw)
+	}
+	svc, err := New(cfg, Deps{Store: st, Ops: eng, Worker: w, Logger: log, Templates: TemplateDeps{LogDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

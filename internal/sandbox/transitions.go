@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
@@ -54,7 +55,11 @@ func (s *Service) SubmitOnChecked(ctx context.Context, sb *store.Sandbox, typ st
 func (s *Service) runTransition(t Rule, act func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error)) operation.Handler {
 	return func(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
 		log := s.logger.With("op", op.ID, "sandbox", op.Target)
-		sb, err := s.store.TransitionSandbox(ctx, store.AnyTenant, op.Target, t.From, t.During, nil)
+		var before store.SandboxState
+		sb, err := s.store.TransitionSandbox(ctx, store.AnyTenant, op.Target, t.From, t.During, func(sb *store.Sandbox) error {
+			before = sb.State
+			return nil
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +68,7 @@ func (s *Service) runTransition(t Rule, act func(ctx context.Context, op *store.
 		st, werr := act(ctx, op)
 		if werr != nil {
 			log.Warn("sandbox "+string(op.Type)+" failed", "err", CauseString(werr))
-			s.settle(ctx, sb.ID, t, werr)
+			s.settle(ctx, sb.ID, t, werr, before)
 			return nil, werr
 		}
 		sb, err = s.store.TransitionSandbox(context.WithoutCancel(ctx), store.AnyTenant, sb.ID,
@@ -103,8 +108,11 @@ func orInt(v, d int) int {
 // settle moves a sandbox whose lifecycle call failed out of t.During: to
 // failed (its VM torn down, commands lost) when the worker no longer has a
 // VM for it, to failed with the files kept for inspection on data loss at
-// wake, and otherwise to the state the worker reports.
-func (s *Service) settle(ctx context.Context, id string, t Rule, cause error) {
+// wake, to the state before the call (before) when the worker cannot say
+// now (e.g. a wake whose snapshot's object store is down: its worker keeps
+// nothing, and the sandbox is still suspended there), and otherwise to
+// the state the worker reports.
+func (s *Service) settle(ctx context.Context, id string, t Rule, cause error, before store.SandboxState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	log := s.logger.With("sandbox", id)
@@ -118,6 +126,14 @@ func (s *Service) settle(ctx context.Context, id string, t Rule, cause error) {
 			}); err != nil {
 			log.Error("mark sandbox failed", "err", err)
 		}
+		return
+	}
+	if _, err := s.worker.Sandbox(ctx, id); err != nil && before != "" && !errors.Is(err, errdefs.ErrNotFound) {
+		if _, terr := s.store.TransitionSandbox(ctx, store.AnyTenant, id, Only(t.During), before, nil); terr != nil {
+			log.Error("settle sandbox state", "to", before, "err", terr)
+			return
+		}
+		log.Warn("the worker cannot say how the sandbox stands: back to its state before the call", "to", before, "err", err)
 		return
 	}
 	s.settleTo(ctx, id, t.During)
