@@ -1,12 +1,18 @@
 package api
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -221,5 +227,54 @@ func TestFeatures(t *testing.T) {
 	}
 	if _, err := featureSet([]string{"nope"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("unknown gate: %v", err)
+	}
+}
+
+// A body declared too large, within oversizeDrainBytes, is read before the
+// 413 goes out: the connection stays open for the next request, so a client
+// still writing its body reads the answer, never a reset. Past the bound the
+// 413 comes at once and the connection closes.
+func TestOversizeBodyAnsweredOnOpenConnection(t *testing.T) {
+	e := newEnv(t, Config{MaxUploadBytes: 1 << 16})
+	conn, err := net.Dial("tcp", e.http.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(conn)
+	put := func(size int) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("PUT", e.http.URL+"/v1/sandboxes/sbx_none/files?path=/big", bytes.NewReader(make([]byte, size)))
+		req.Header.Set("Authorization", "Bearer "+e.aliceKey)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if err := req.Write(conn); err != nil {
+			t.Fatalf("write %d-byte request: %v", size, err)
+		}
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			t.Fatalf("read answer to a %d-byte body: %v", size, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		wantError(t, resp.StatusCode, body, 413, "payload_too_large")
+		return resp
+	}
+	if resp := put(1 << 17); resp.Close {
+		t.Fatal("a 128 KiB body over the limit closed the connection; it should be read and the connection kept")
+	}
+	// Past the bound: only the header is sent, so an answer at all shows the
+	// server did not wait for the body.
+	fmt.Fprintf(conn, "PUT /v1/sandboxes/sbx_none/files?path=/big HTTP/1.1\r\nHost: space\r\n"+
+		"Authorization: Bearer %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n",
+		e.aliceKey, oversizeDrainBytes+1)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read answer to a body past oversizeDrainBytes: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	wantError(t, resp.StatusCode, body, 413, "payload_too_large")
+	if !resp.Close {
+		t.Error("a body past oversizeDrainBytes left the connection open; it should close after the 413")
 	}
 }

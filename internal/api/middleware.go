@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -223,11 +224,23 @@ func (s *Server) authenticate(level authLevel, next http.HandlerFunc) http.Handl
 	}
 }
 
+// oversizeDrainBytes bounds the body of a request declared too large that
+// is still read (and dropped, under the body's deadline) before its 413
+// goes out. A client writes its body before it reads the answer: refused
+// unread, the connection closes on data the server never read, the kernel
+// answers with a reset, and a client still writing loses the 413 to
+// "connection reset by peer". Past this bound the 413 goes out at once and
+// the connection closes.
+const oversizeDrainBytes = 1 << 20
+
 // limitBody caps the request body; reads past the limit fail with a
 // MaxBytesError that bodyError turns into 413.
 func (s *Server) limitBody(limit int64, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
+			if r.ContentLength <= oversizeDrainBytes {
+				_, _ = io.Copy(io.Discard, r.Body)
+			}
 			s.writeError(w, r, bodyError(&http.MaxBytesError{Limit: limit}))
 			return
 		}
