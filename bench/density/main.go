@@ -101,7 +101,7 @@ func run(cfg config) error {
 	}
 	defer stop()
 	c := &apiclient.Client{URL: url, Key: key, HTTP: &http.Client{Timeout: 2 * time.Minute}}
-	var ids []string
+	var ids, held []string // every sandbox made; those that became running
 	defer func() {
 		for _, id := range ids {
 			c.Delete(id)
@@ -126,14 +126,15 @@ func run(cfg config) error {
 		}
 		id, err := c.CreateFrom(ctx, map[string]any{"template": "base", "vcpus": 1, "memory_mib": 256}, cfg.createTimeout)
 		if id != "" {
-			ids = append(ids, id)
+			ids = append(ids, id) // deleted at the end, held or not
 		}
 		if err != nil {
 			why = "create failed: " + err.Error()
 			break
 		}
-		if len(ids)%cfg.step == 0 {
-			r, err := measure(ctx, c, data, ids, avail0, cfg.samples)
+		held = append(held, id)
+		if len(held)%cfg.step == 0 {
+			r, err := measure(ctx, c, data, held, avail0, cfg.samples)
 			if err != nil {
 				return err
 			}
@@ -141,13 +142,14 @@ func run(cfg config) error {
 			r.print(os.Stdout)
 		}
 	}
-	if len(ids) > 0 && len(ids)%cfg.step != 0 {
-		if r, err := measure(ctx, c, data, ids, avail0, cfg.samples); err == nil {
+	if len(held) > 0 && (len(reports) == 0 || reports[len(reports)-1].n != len(held)) {
+		// The last sandboxes held since a report, as when a create failed.
+		if r, err := measure(context.WithoutCancel(ctx), c, data, held, avail0, cfg.samples); err == nil {
 			reports = append(reports, r)
 			r.print(os.Stdout)
 		}
 	}
-	fmt.Printf("held %d sandboxes (%s)\n", len(ids), why)
+	fmt.Printf("held %d sandboxes (%s)\n", len(held), why)
 	if len(reports) == 0 {
 		return fmt.Errorf("no sandbox held")
 	}
