@@ -65,6 +65,7 @@ var workerNeeds = []need{
 	{access{"watch", "", "pods", "", ""}, "run.go: the bound-Pod informer"},
 	{access{"update", "", "pods/status", sandboxNS, "sbx-1"}, "vk pod.go: Pods.UpdateStatus"},
 	{access{"delete", "", "pods", sandboxNS, "sbx-1"}, "vk pod.go: Pods.Delete (grace 0, finishing a deletion)"},
+	{access{"patch", "", "pods", sandboxNS, "sbx-1"}, "drain.go: Pods.Patch, the drain's mark (k8s.DrainMark) on an evicted Pod"},
 	{access{"create", "", "events", sandboxNS, ""}, "run.go: record.EventSinkImpl Create"},
 	{access{"patch", "", "events", sandboxNS, "sbx-1.1"}, "run.go: record.EventSinkImpl Patch (a repeated event)"},
 }
@@ -109,13 +110,14 @@ var controlMayNot = []access{
 }
 
 // workerMayNot are the worker's limits beyond escalations: it cannot
-// create Pods or change their spec, labels or annotations, delete nodes,
+// create Pods or update them (a patch is allowed, and the admission policy
+// lets it change only a drain's mark: checkDrainMarkOnly), delete nodes,
 // change another node's labels or taints through an update, or read
 // ConfigMaps and Secrets (virtual-kubelet's informers for them are never
 // started).
 var workerMayNot = []access{
 	{"create", "", "pods", sandboxNS, ""}, {"create", "", "pods", "", ""},
-	{"update", "", "pods", sandboxNS, "sbx-1"}, {"patch", "", "pods", sandboxNS, "sbx-1"},
+	{"update", "", "pods", sandboxNS, "sbx-1"},
 	{"create", "", "pods/eviction", sandboxNS, "sbx-1"},
 	{"delete", "", "nodes", "", nodeName}, {"update", "", "nodes", "", "space-other"}, {"patch", "", "nodes", "", "space-other"},
 	{"get", "", "configmaps", sandboxNS, "x"}, {"list", "", "configmaps", "", ""}, {"list", "", "services", "", ""},

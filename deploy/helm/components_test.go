@@ -56,7 +56,7 @@ func TestComponentsUseOnlyWhatTheyNeed(t *testing.T) {
 	go func() {
 		nodeDone <- node.Run(nodeCtx, workerClient, w, node.Config{NodeName: nodeName, Address: "127.0.0.1:7070",
 			VCPUs: 4, MemoryMiB: 4096, Sandboxes: 4, Namespace: sandboxNS, LeaseDuration: 4 * time.Second, StatusInterval: time.Second,
-			ReadyInterval: 300 * time.Millisecond, ResyncInterval: 300 * time.Millisecond, Logger: testLogger(t)})
+			ReadyInterval: 300 * time.Millisecond, ResyncInterval: 300 * time.Millisecond, ObjectStore: true, Logger: testLogger(t)})
 	}()
 	// stopWorker ends the node agent, once, bounded.
 	stopWorker := sync.OnceFunc(func() {
@@ -104,6 +104,13 @@ func TestComponentsUseOnlyWhatTheyNeed(t *testing.T) {
 	}
 	if st, err := p.WakeSandbox(bounded(t, 90*time.Second), spec.ID); err != nil || st.State != worker.VMRunning {
 		t.Fatalf("wake the sandbox: %+v, %v", st, err)
+	}
+	checkDrainMarkOnly(t, workerClient, spec.ID) // drain_access_test.go
+	// A node drain's eviction: the worker suspends the sandbox and marks
+	// its Pod (pods patch, through the admission policy) before it goes.
+	drainOnce(t, a.rig.Client, p, spec.ID)
+	if st, err := p.WakeSandbox(bounded(t, 90*time.Second), spec.ID); err != nil || st.State != worker.VMRunning {
+		t.Fatalf("wake the drained sandbox: %+v, %v", st, err)
 	}
 	if err := p.DeleteSandbox(bounded(t, 60*time.Second), spec.ID); err != nil {
 		t.Fatalf("delete the sandbox: %v", err)

@@ -189,6 +189,10 @@ func (s *Service) RunExpiry(ctx context.Context) {
 
 // handleExit fails a sandbox whose VM died; its commands end "lost".
 func (s *Service) handleExit(ctx context.Context, ex worker.Exit) {
+	if ex.Drain {
+		s.submitDrain(ctx, ex.SandboxID) // drain.go
+		return
+	}
 	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, ex.SandboxID)
 	if err != nil {
 		s.logger.Warn("VM exit of unknown sandbox", "sandbox", ex.SandboxID, "err", err)

@@ -114,9 +114,8 @@ func (s *Service) Handlers() map[store.OperationType]operation.Handler {
 		store.OpPause: s.runTransition(RuleOf(Pause), func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
 			return s.worker.PauseSandbox(ctx, op.Target)
 		}),
-		store.OpSuspend: s.runTransition(RuleOf(Suspend), func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
-			return s.worker.SuspendSandbox(ctx, op.Target)
-		}),
+		store.OpSuspend: s.runSuspend(), // drain.go
+
 		store.OpWake: s.runTransition(RuleOf(Wake), func(ctx context.Context, op *store.Operation) (worker.SandboxStatus, error) {
 			return s.worker.WakeSandbox(ctx, op.Target)
 		}),

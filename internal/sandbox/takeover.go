@@ -135,7 +135,8 @@ func (s *Service) failTakenOverBuild(ctx context.Context, op *store.Operation) {
 // replica watched). Unlike Reconcile it leaves every sandbox in a
 // transition alone (its operation, live or taken over, settles it), so it
 // is safe while other replicas work. It does nothing when the worker
-// cannot list its VMs.
+// cannot list its VMs. One its worker lists suspended was drained off its
+// node: that gets the drain's suspend operation (drain.go).
 func (s *Service) ReconcileLive(ctx context.Context) error {
 	var live []*store.Sandbox
 	if err := s.eachSandbox(ctx, store.SandboxFilter{TenantID: store.AnyTenant, States: []store.SandboxState{running, paused}},
@@ -156,6 +157,11 @@ func (s *Service) ReconcileLive(ctx context.Context) error {
 		onWorker[v.ID] = v
 	}
 	for _, sb := range live {
+		if vm, ok := onWorker[sb.ID]; ok && vm.State == worker.VMSuspended {
+			// Suspended under it (a node drain no Exit reported).
+			s.submitDrain(ctx, sb.ID) // drain.go
+			continue
+		}
 		if vm, ok := onWorker[sb.ID]; ok && vm.State != worker.VMStopped {
 			continue
 		}

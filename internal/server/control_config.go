@@ -57,6 +57,8 @@ type ControlConfig struct {
 	ObjectStoreCredentialsFile string
 	// ObjectGC is the leader's garbage collection of the object store.
 	ObjectGC ObjectGCConfig
+	// Drain is how node drains of workers are handled (control_drain.go).
+	Drain DrainConfig
 
 	// Serving, when set, is called with the bound API address once it
 	// listens (tests and `make cluster` start on port 0).
@@ -87,6 +89,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	fs.StringVar(&cfg.ObjectStore, "object-store", "", "s3://bucket/prefix?endpoint=host:port of snapshots and template images")
 	fs.StringVar(&cfg.ObjectStoreCredentialsFile, "object-store-credentials-file", "", "file with access_key= and secret_key= lines (default $"+objstore.EnvAccessKey+", $"+objstore.EnvSecretKey+")")
 	registerObjectGCFlags(fs, &cfg.ObjectGC)
+	registerDrainFlags(fs, &cfg.Drain)
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into built templates")
 	if err := fs.Parse(args); err != nil {
 		return ControlConfig{}, err
@@ -120,6 +123,9 @@ func (cfg ControlConfig) check() error {
 		return fmt.Errorf("--schedule-timeout, --operation-lease and --leader-lease-duration must be positive")
 	case cfg.MaxConnsPerClient < 0:
 		return fmt.Errorf("--max-conns-per-client must be 0 or more, not %d", cfg.MaxConnsPerClient)
+	}
+	if err := cfg.Drain.validate(); err != nil {
+		return err
 	}
 	if _, _, err := splitLease(cfg.LeaderLease); err != nil {
 		return err

@@ -68,8 +68,8 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
-	pl, err := placement.New(pctx, kube, placement.Config{Namespace: cfg.Namespace, ScheduleTimeout: cfg.ScheduleTimeout,
-		TolerationSeconds: cfg.PodTolerationSeconds, Dial: dial, Snapshots: controlSnapshots(obj), Logger: log.With("component", "placement")})
+	pl, err := placement.New(pctx, kube, cfg.Drain.withDrain(placement.Config{Namespace: cfg.Namespace, ScheduleTimeout: cfg.ScheduleTimeout,
+		TolerationSeconds: cfg.PodTolerationSeconds, Dial: dial, Snapshots: controlSnapshots(obj), Logger: log.With("component", "placement")}))
 	cancel()
 	if err != nil {
 		return err

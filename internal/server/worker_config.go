@@ -54,6 +54,7 @@ func ParseWorkerFlags(args []string) (WorkerConfig, error) {
 	if err := cfg.ObjectStore.validate(); err != nil {
 		return WorkerConfig{}, err
 	}
+	cfg.Node.ObjectStore = cfg.ObjectStore.URL != "" // a drain moves sandboxes through it
 	if cfg.TokenFile == "" {
 		cfg.TokenFile = filepath.Join(cfg.DataDir, "worker.token")
 	}

@@ -44,6 +44,12 @@ type NodeConfig struct {
 	VCPUs, MemoryMiB, Sandboxes int
 	// LeaseDuration is the node Lease's duration (renewed every quarter).
 	LeaseDuration time.Duration
+	// DrainConcurrency bounds this node's sandboxes suspending at once
+	// for a drain (node.DefaultDrainConcurrency when 0).
+	DrainConcurrency int
+	// ObjectStore says the worker suspends to object storage (set from
+	// --object-store), so a drain can move its sandboxes.
+	ObjectStore bool
 	// Control is the control plane's URL (API.md lists --control), or
 	// several, comma-separated, tried in turn. The worker learns its work
 	// from the Pods bound to its node and the control plane dials it; the
@@ -62,6 +68,8 @@ func registerNodeFlags(fs *flag.FlagSet, c *NodeConfig) {
 	fs.IntVar(&c.MemoryMiB, "memory-mib", hostMemoryMiB(), "memory (MiB) this worker offers to sandboxes")
 	fs.IntVar(&c.Sandboxes, "sandboxes", 32, "sandboxes this worker runs at most")
 	fs.DurationVar(&c.LeaseDuration, "node-lease", 40*time.Second, "duration of the node's Lease (renewed every quarter of it)")
+	fs.IntVar(&c.DrainConcurrency, "drain-concurrency", node.DefaultDrainConcurrency,
+		"sandboxes of this node suspended to object storage at once when its node is drained; the other evicted Pods wait their turn")
 	fs.StringVar(&c.Control, "control", "", "URL of the control plane, or several comma-separated, where the egress proxy resolves tenants' ${secret:NAME} (needs --kubeconfig; empty: none resolve)")
 }
 
@@ -99,6 +107,9 @@ func (c *NodeConfig) validate() error {
 	}
 	if c.LeaseDuration < 4*time.Second {
 		return bad("--node-lease %s is below 4s", c.LeaseDuration)
+	}
+	if c.DrainConcurrency < 1 {
+		return bad("--drain-concurrency %d must be positive", c.DrainConcurrency)
 	}
 	return nil
 }
@@ -167,11 +178,13 @@ func serveWorkerAndNode(ctx context.Context, w worker.Worker, ln net.Listener, o
 		nodeErr = node.Run(ctx, client, w, node.Config{
 			NodeName: nc.NodeName, Address: addr, Namespace: nc.Namespace,
 			VCPUs: nc.VCPUs, MemoryMiB: nc.MemoryMiB, Sandboxes: nc.Sandboxes,
-			LeaseDuration: nc.LeaseDuration, Logger: opts.Logger.With("component", "node"),
+			LeaseDuration: nc.LeaseDuration, DrainConcurrency: nc.DrainConcurrency, ObjectStore: nc.ObjectStore,
+			Logger: opts.Logger.With("component", "node"),
 		})
 	})
 	opts.Logger.Info("registering this worker as a Kubernetes node", "node", nc.NodeName, "address", addr,
-		"namespace", nc.Namespace, "vcpus", nc.VCPUs, "memory_mib", nc.MemoryMiB, "sandboxes", nc.Sandboxes)
+		"namespace", nc.Namespace, "vcpus", nc.VCPUs, "memory_mib", nc.MemoryMiB, "sandboxes", nc.Sandboxes,
+		"drain_concurrency", nc.DrainConcurrency, "drain_moves_sandboxes", nc.ObjectStore)
 	serveErr := ServeWorker(ctx, w, ln, opts)
 	cancel()
 	wg.Wait()

@@ -107,6 +107,11 @@ type Exit struct {
 	// Lost says why the VM is gone in words a tenant may read, when the
 	// worker knows ("" otherwise), as SandboxStatus.Lost does.
 	Lost string
+	// Drain is set, with Err and Lost empty, when the sandbox is not lost
+	// but being moved: Kubernetes evicts its Pod (a node drain) and its
+	// worker suspends it to object storage before the Pod goes. The control
+	// plane records that as a suspend and follows it through a Drainer.
+	Drain bool `json:",omitempty"`
 }
 
 // Worker runs sandboxes on one host.

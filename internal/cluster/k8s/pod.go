@@ -31,6 +31,10 @@ type PodOptions struct {
 	// TolerationSeconds is the not-ready and unreachable toleration
 	// (DefaultTolerationSeconds when 0).
 	TolerationSeconds int64
+	// GraceSeconds is the Pods' termination grace period: what an
+	// eviction (a node drain) gives the worker to suspend the sandbox
+	// (DefaultDrainGraceSeconds when 0).
+	GraceSeconds int64
 }
 
 // SandboxPod is the Pod of one sandbox: labelled with its id and tenant
@@ -68,6 +72,10 @@ func SandboxPod(spec worker.SandboxSpec, opts PodOptions) (*corev1.Pod, error) {
 	if tolerate == 0 {
 		tolerate = DefaultTolerationSeconds
 	}
+	grace := opts.GraceSeconds
+	if grace == 0 {
+		grace = DefaultDrainGraceSeconds
+	}
 	size := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(spec.VCPUs), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(spec.MemoryMiB+VMMOverheadMiB)<<20, resource.BinarySI),
@@ -81,10 +89,11 @@ func SandboxPod(spec worker.SandboxSpec, opts PodOptions) (*corev1.Pod, error) {
 			}},
 			// A sandbox's VM is never restarted in place: when it ends, the
 			// control plane decides (fail, wake elsewhere).
-			RestartPolicy:                corev1.RestartPolicyNever,
-			NodeSelector:                 map[string]string{LabelWorker: "true"},
-			AutomountServiceAccountToken: new(false),
-			EnableServiceLinks:           new(false),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: new(grace),
+			NodeSelector:                  map[string]string{LabelWorker: "true"},
+			AutomountServiceAccountToken:  new(false),
+			EnableServiceLinks:            new(false),
 			Tolerations: []corev1.Toleration{
 				{Key: TaintSandbox, Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(tolerate)},

@@ -55,8 +55,25 @@ type Config struct {
 	CreateTimeout time.Duration
 	// Workers is how many Pods are synced at once (8 when 0).
 	Workers int
-	Logger  *slog.Logger
+	// DrainConcurrency bounds the sandboxes of this node suspending at
+	// once for a drain (DefaultDrainConcurrency when 0); the other evicted
+	// Pods wait their turn, terminating (drain.go).
+	DrainConcurrency int
+	// DrainSuspendTimeout bounds one drain suspend (10 minutes when 0).
+	DrainSuspendTimeout time.Duration
+	// ObjectStore says the worker suspends to object storage, so an
+	// evicted sandbox can move; without it a drain fails its sandboxes.
+	ObjectStore bool
+	// Drains, when set, is where the node keeps its account of drain
+	// suspends (a fresh record when nil).
+	Drains *DrainRecord
+	Logger *slog.Logger
 }
+
+// DefaultDrainConcurrency is how many sandboxes of one node suspend at
+// once for a drain unless configured: two keep the node's disk and
+// uplink busy without one tenant's large sandbox holding up the rest.
+const DefaultDrainConcurrency = 2
 
 func (c Config) withDefaults() Config {
 	if c.Namespace == "" {
@@ -79,6 +96,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = 8
+	}
+	if c.DrainConcurrency == 0 {
+		c.DrainConcurrency = DefaultDrainConcurrency
+	}
+	if c.DrainSuspendTimeout == 0 {
+		c.DrainSuspendTimeout = 10 * time.Minute
+	}
+	if c.Drains == nil {
+		c.Drains = &DrainRecord{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -108,6 +134,9 @@ func (c Config) validate() (ip string, port int, err error) {
 	}
 	if c.VCPUs < 1 || c.MemoryMiB < 1 || c.Sandboxes < 1 {
 		return bad("vcpus %d, memory_mib %d and sandboxes %d must all be positive", c.VCPUs, c.MemoryMiB, c.Sandboxes)
+	}
+	if c.DrainConcurrency < 1 {
+		return bad("drain concurrency %d must be positive", c.DrainConcurrency)
 	}
 	if c.LeaseDuration < 4*time.Second {
 		return bad("lease duration %s is below 4s", c.LeaseDuration)

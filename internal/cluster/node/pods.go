@@ -8,7 +8,10 @@ import (
 
 	vkerrdefs "github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/space-sandbox/space/internal/cluster/k8s"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -24,9 +27,16 @@ type podHandler struct {
 	hostIP string
 	log    *slog.Logger
 
+	// podClient patches a Pod's drain mark (drain.go); drainSlots bounds
+	// the drain suspends running at once.
+	podClient  typedcorev1.PodsGetter
+	drainSlots chan struct{}
+
 	mu     sync.Mutex
 	pods   map[string]*sandboxPod // by namespace/name
 	notify func(*corev1.Pod)
+	// evicted are the eviction conditions seen on Pods (drain.go).
+	evicted map[types.UID]corev1.PodCondition
 }
 
 // sandboxPod is what the handler knows of one Pod.
@@ -42,8 +52,9 @@ type sandboxPod struct {
 	done   chan struct{}
 }
 
-func newPodHandler(w worker.Worker, cfg Config, hostIP string) *podHandler {
-	return &podHandler{w: w, cfg: cfg, hostIP: hostIP, log: cfg.Logger.With("node", cfg.NodeName), pods: map[string]*sandboxPod{}}
+func newPodHandler(w worker.Worker, cfg Config, hostIP string, pods typedcorev1.PodsGetter) *podHandler {
+	return &podHandler{w: w, cfg: cfg, hostIP: hostIP, log: cfg.Logger.With("node", cfg.NodeName), pods: map[string]*sandboxPod{},
+		podClient: pods, drainSlots: make(chan struct{}, cfg.DrainConcurrency), evicted: map[types.UID]corev1.PodCondition{}}
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -184,7 +195,9 @@ func (h *podHandler) post(pod *corev1.Pod) {
 	notify := h.notify
 	h.mu.Unlock()
 	if notify != nil {
-		notify(pod.DeepCopy())
+		pod = pod.DeepCopy()
+		h.withDisruption(pod) // drain.go
+		notify(pod)
 	}
 }
 
@@ -215,6 +228,12 @@ func (h *podHandler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		id = sp.id
 	}
 	if id != "" && pod.Namespace == h.cfg.Namespace {
+		if h.forDrain(pod) {
+			// An eviction: suspended to object storage first (drain.go).
+			if err := h.drain(ctx, k, sp, pod, id); err != nil {
+				return err
+			}
+		}
 		if err := h.w.DeleteSandbox(ctx, id); err != nil {
 			h.log.Error("delete sandbox", "sandbox", id, "pod", k, "err", err)
 			return err
@@ -225,6 +244,7 @@ func (h *podHandler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	final := pod.DeepCopy()
 	if sp != nil {
 		final.Status = sp.pod.Status
+		final.Annotations = sp.pod.Annotations
 	}
 	final.Status = deletedStatus(final.Status, time.Now())
 	if h.pods[k] == sp {
@@ -232,7 +252,28 @@ func (h *podHandler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	h.mu.Unlock()
 	h.post(final)
+	h.mu.Lock()
+	delete(h.evicted, pod.UID)
+	h.mu.Unlock()
+	h.finishDeletion(ctx, pod)
 	return nil
+}
+
+// finishDeletion removes a Pod whose deletion began once its sandbox is
+// gone, as a kubelet does once its containers stopped: virtual-kubelet
+// would wait out the Pod's whole grace period (a drain's is long) unless
+// a change of the Pod's spec or metadata made it look again.
+func (h *podHandler) finishDeletion(ctx context.Context, pod *corev1.Pod) {
+	if pod.DeletionTimestamp == nil || pod.UID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
+	now := int64(0)
+	err := h.podClient.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &now, Preconditions: metav1.NewUIDPreconditions(string(pod.UID))})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		h.log.Warn("could not finish the Pod's deletion; virtual-kubelet does after its grace period", "pod", key(pod.Namespace, pod.Name), "err", err)
+	}
 }
 
 // GetPod returns the Pod as this node reports it.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/space-sandbox/space/internal/worker"
@@ -58,7 +59,7 @@ func Run(ctx context.Context, client kubernetes.Interface, w worker.Worker, cfg 
 		return fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
 
-	handler := newPodHandler(w, cfg, ip)
+	handler := newPodHandler(w, cfg, ip, client.CoreV1())
 	if err := handler.loadWorker(ctx); err != nil {
 		return fmt.Errorf("node %s: list the worker's sandboxes: %w", cfg.NodeName, err)
 	}
@@ -104,6 +105,13 @@ func Run(ctx context.Context, client kubernetes.Interface, w worker.Worker, cfg 
 	case <-nc.Done():
 		wg.Wait()
 		return errors.Join(nc.Err(), firstErr(errs))
+	}
+	// The node's own look at Pod updates: an eviction's condition, which
+	// its status writes would otherwise replace (drain.go).
+	if _, err := bound.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: handler.podSeen}); err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("node %s: %w", cfg.NodeName, err)
 	}
 	bound.Start(ctx.Done())
 	run("pod controller", func() error { return pc.Run(ctx, cfg.Workers) })

@@ -30,7 +30,8 @@ func (p *Placement) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) 
 			return worker.SandboxStatus{}, err
 		}
 	}
-	pod, err := k8s.SandboxPod(spec, k8s.PodOptions{Namespace: p.cfg.Namespace, TolerationSeconds: p.cfg.TolerationSeconds})
+	pod, err := k8s.SandboxPod(spec, k8s.PodOptions{Namespace: p.cfg.Namespace, TolerationSeconds: p.cfg.TolerationSeconds,
+		GraceSeconds: p.cfg.DrainGraceSeconds})
 	if err != nil {
 		return worker.SandboxStatus{}, err
 	}
@@ -41,6 +42,7 @@ func (p *Placement) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) 
 	p.mu.Lock()
 	p.creating[spec.ID] = true
 	delete(p.lost, spec.ID)
+	delete(p.drainEnds, spec.ID)
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()

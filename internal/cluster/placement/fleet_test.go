@@ -43,11 +43,15 @@ type fleet struct {
 	agents   map[string]*nodeAgent
 	nextPort int
 	roam     *roamStore // given to the workers of nodes added after it is set
+	// drainBound is the drain concurrency of nodes started after it is
+	// set (the node's default when 0).
+	drainBound int
 }
 
 type nodeAgent struct {
 	name, addr string
 	w          *testWorker
+	drains     node.DrainRecord // the node's own record of drain suspends
 	cancel     context.CancelFunc
 	done       chan error
 }
@@ -95,7 +99,8 @@ func (f *fleet) start(a *nodeAgent, vcpus, memMiB, sandboxes int) {
 	a.cancel, a.done = cancel, make(chan error, 1)
 	cfg := node.Config{NodeName: a.name, Address: a.addr, VCPUs: vcpus, MemoryMiB: memMiB, Sandboxes: sandboxes,
 		Namespace: f.ns, LeaseDuration: testLease, ReadyInterval: testResync, ResyncInterval: testResync,
-		Logger: slog.New(slog.NewTextHandler(testWriter{f.t}, nil))}
+		Logger:           slog.New(slog.NewTextHandler(testWriter{f.t}, nil)),
+		DrainConcurrency: f.drainBound, ObjectStore: a.w.roam != nil, Drains: &a.drains}
 	go func() { a.done <- node.Run(ctx, f.client, a.w, cfg) }()
 	f.mu.Lock()
 	f.agents[a.name] = a

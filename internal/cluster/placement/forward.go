@@ -44,7 +44,7 @@ func (p *Placement) pod(id string) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, classify(err))
 	}
-	if k8s.Suspended(pod) {
+	if _, derr, marked := k8s.DrainOutcome(pod); k8s.Suspended(pod) || (marked && derr == nil) {
 		return nil, errSuspended(id)
 	}
 	if why, lost := p.fate(pod); lost {
@@ -70,6 +70,9 @@ func (p *Placement) fate(pod *corev1.Pod) (why string, lost bool) {
 		p.mu.Unlock()
 		if ours {
 			return "the sandbox is being deleted", true
+		}
+		if p.drainDeletion(pod) && !p.nodeLost(pod.Spec.NodeName) {
+			return "", false // its worker suspends it (drain.go)
 		}
 		if _, evicted := k8s.Evicted(pod); evicted || p.nodeLost(pod.Spec.NodeName) {
 			return lostWorker, true

@@ -23,8 +23,10 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
@@ -57,6 +59,19 @@ type Config struct {
 	// Dial reaches a worker by its address. Required.
 	Dial   Dial
 	Logger *slog.Logger
+	// DrainTimeout bounds AwaitDrain: how long a sandbox evicted by a
+	// node drain may take to be suspended by its worker (15 minutes when
+	// 0: a drain grace period, k8s.DefaultDrainGraceSeconds, and more).
+	DrainTimeout time.Duration
+	// DrainStaysSuspended keeps a sandbox drained off its node suspended
+	// (the drain policy "suspend"); by default (policy "wake") one that
+	// was running is woken at once on another worker.
+	DrainStaysSuspended bool
+	// DrainGraceSeconds is the termination grace period of sandbox Pods,
+	// what an eviction gives their worker to suspend them
+	// (k8s.DefaultDrainGraceSeconds when 0). The control plane's own
+	// deletes give them a second.
+	DrainGraceSeconds int64
 	// Snapshots, when set, is the object store workers upload snapshots
 	// to: checkpoints are listed and deleted there and a branch is placed
 	// by the scheduler (checkpoints.go); a suspend ends the sandbox's Pod
@@ -74,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DeleteTimeout == 0 {
 		c.DeleteTimeout = time.Minute
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = defaultDrainFor // drain.go
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -98,7 +116,11 @@ type Placement struct {
 	creating map[string]bool          // sandbox ids whose create waits: it reports their fate
 	deleting map[string]chan struct{} // sandbox ids being deleted: closed when the Pod is gone
 	lost     map[string]string        // sandbox ids lost, with why (tenant words)
-	closed   bool
+	// evictedPods are Pods seen marked by the Eviction API, drainEnds the
+	// last state of drained Pods that are gone (drain.go).
+	evictedPods map[types.UID]time.Time
+	drainEnds   map[string]*corev1.Pod
+	closed      bool
 }
 
 var _ worker.Worker = (*Placement)(nil)
@@ -113,7 +135,8 @@ func New(ctx context.Context, client kubernetes.Interface, cfg Config) (*Placeme
 	runCtx, stop := context.WithCancel(context.Background())
 	p := &Placement{client: client, cfg: cfg, log: cfg.Logger, stop: stop, exits: newExitQueue(),
 		workers: map[string]worker.Worker{}, watchers: map[string][]chan struct{}{}, creating: map[string]bool{},
-		deleting: map[string]chan struct{}{}, lost: map[string]string{}}
+		deleting: map[string]chan struct{}{}, lost: map[string]string{},
+		evictedPods: map[types.UID]time.Time{}, drainEnds: map[string]*corev1.Pod{}}
 	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = k8s.LabelSandbox }))
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,

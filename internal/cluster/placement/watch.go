@@ -70,8 +70,14 @@ func (p *Placement) podUpdated(oldObj, newObj any) {
 		return
 	}
 	id := k8s.SandboxID(pod)
+	p.noteEviction(pod) // drain.go
 	p.signal(id)
 	switch {
+	case pod.DeletionTimestamp != nil && old.DeletionTimestamp == nil && p.drainDeletion(pod) && !p.nodeLost(pod.Spec.NodeName):
+		// Evicted from a live node (a drain): its worker suspends it.
+		p.drainStarted(id, pod)
+	case pod.Status.Phase == corev1.PodFailed && p.drainDeletion(pod):
+		// A drain's suspend failed: its outcome says so (AwaitDrain).
 	case pod.DeletionTimestamp != nil && old.DeletionTimestamp == nil:
 		// Evicted from a dead node, or deleted by someone else.
 		why := lostDeleted
@@ -104,6 +110,8 @@ func (p *Placement) podDeleted(obj any) {
 		p.mu.Lock()
 		delete(p.deleting, id)
 		p.mu.Unlock()
+	} else if p.drainDeletion(pod) {
+		p.drainEnded(id, pod) // drain.go
 	} else if pod.Status.Phase != corev1.PodFailed {
 		// A Failed Pod was reported when it failed.
 		p.lose(id, lostDeleted, pod)

@@ -23,6 +23,10 @@ type testWorker struct {
 	// roam, when set, is the object store suspends go to and wakes come
 	// from (roam_test.go).
 	roam *roamStore
+	// beforeSuspend and onDelete, when set, run first in SuspendSandbox
+	// (an error fails it) and DeleteSandbox (drain_test.go).
+	beforeSuspend func(ctx context.Context, id string) error
+	onDelete      func(id string)
 }
 
 func newTestWorker() *testWorker {
@@ -60,6 +64,12 @@ func (w *testWorker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec)
 }
 
 func (w *testWorker) DeleteSandbox(ctx context.Context, id string) error {
+	w.mu.Lock()
+	onDelete := w.onDelete
+	w.mu.Unlock()
+	if onDelete != nil {
+		onDelete(id)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.vms, id)
@@ -128,6 +138,14 @@ func (w *testWorker) ResumeSandbox(ctx context.Context, id string) (worker.Sandb
 	return w.move(id, worker.VMRunning)
 }
 func (w *testWorker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxStatus, error) {
+	w.mu.Lock()
+	before := w.beforeSuspend
+	w.mu.Unlock()
+	if before != nil {
+		if err := before(ctx, id); err != nil {
+			return worker.SandboxStatus{}, err
+		}
+	}
 	if w.roam != nil {
 		return w.suspendToStore(ctx, id)
 	}
