@@ -125,7 +125,8 @@ func (h *podHandler) drain(ctx context.Context, k string, sp *sandboxPod, pod *c
 	log.Info("drain: suspending the sandbox to object storage before its Pod goes", "concurrent", rec.Counts().Active)
 	started := time.Now()
 	serr := h.suspendForDrain(ctx, id)
-	<-h.drainSlots
+	// Counted out before the slot is free, so the record never shows
+	// more at once than the bound allows.
 	rec.update(func(c *DrainCounts) {
 		c.Active--
 		if serr == nil {
@@ -134,6 +135,7 @@ func (h *podHandler) drain(ctx context.Context, k string, sp *sandboxPod, pod *c
 			c.Failed++
 		}
 	})
+	<-h.drainSlots
 	if serr != nil && ctx.Err() != nil {
 		log.Warn("drain: node stopping mid-suspend; the next run drains it again", "err", serr)
 		return ctx.Err()
