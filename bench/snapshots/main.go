@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ func main() {
 	accel := flag.String("accel", "auto", "auto, kvm or tcg")
 	cold := flag.Bool("cold", true, "measure cold boot too (slow)")
 	verbose := flag.Bool("v", false, "debug logs on stderr, and a table of the phases of each create and wake")
+	flag.BoolVar(&wakePool, "wake-pool", true, "wakes take VMMs started ahead (local.Config.WakePoolSize); false to compare")
 	only := flag.String("only", "", "comma-separated subset of measures: cold, nopool, lifecycle, pool (default all)")
 	flag.Parse()
 	if *verbose {
@@ -56,6 +58,7 @@ func main() {
 
 var (
 	logLevel = slog.LevelWarn
+	wakePool bool
 	measures map[string]bool
 	// phases collects the worker's phase records of the measured creates
 	// and wakes (printed with -v).
@@ -64,6 +67,7 @@ var (
 
 type bench struct {
 	ctx  context.Context
+	root string // the storage root, where sandboxes' files are
 	runs int
 	seq  int
 }
@@ -79,7 +83,7 @@ func run(runs int, agent, dataDir, accel string) error {
 	}
 	defer r.Close()
 	cfg := r.Config
-	b := &bench{ctx: ctx, runs: runs}
+	b := &bench{ctx: ctx, runs: runs, root: cfg.Storage.Root()}
 	var out []stats.Series
 
 	if measures["cold"] {
@@ -102,6 +106,9 @@ func run(runs int, agent, dataDir, accel string) error {
 	// guest RAM in a shared memory file that is not copied).
 	nopool := cfg
 	nopool.PoolSize = -1
+	if !wakePool {
+		nopool.WakePoolSize = -1
+	}
 	wn, err := local.New(ctx, nopool)
 	if err != nil {
 		return err
@@ -252,7 +259,14 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 	cpuW := stats.Series{Name: "  VMM CPU time, start to first command's exit" + sfx, Unit: "ms"}
 	faultW := stats.Series{Name: "  VMM page faults read from disk, same span" + sfx, Unit: "count"}
 	snapMB := stats.Series{Name: "suspend snapshot size" + sfx, Unit: "MB"}
+	// Where the first command's time goes: the same command again (warm
+	// TCG translation cache, warm guest), and how much of the memory file
+	// is in the page cache when the wake returns and after the command.
+	secondW := stats.Series{Name: "  a second command after the first" + sfx, Unit: "ms"}
+	resWake := stats.Series{Name: "  memory file in page cache when woken" + sfx, Unit: "MiB"}
+	resFirst := stats.Series{Name: "  memory file in page cache after the first command" + sfx, Unit: "MiB"}
 	id := b.id()
+	memPath := filepath.Join(b.root, "sandboxes", id, "memory")
 	if _, err := w.CreateSandbox(b.ctx, spec(id, mem)); err != nil {
 		return nil, err
 	}
@@ -283,6 +297,11 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 			return nil, err
 		}
 		snapMB.Samples = append(snapMB.Samples, float64(st.SnapshotBytes)/1e6)
+		// Steady state: the VMM started ahead for this shape is up when
+		// the wake comes (wakes come well after their suspend).
+		for deadline := time.Now().Add(30 * time.Second); wakePool && w.WakePoolStats().Ready < 1 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		if err := timed(&wakeS, func() error {
 			phases.SetActive(true)
 			_, err := w.WakeSandbox(b.ctx, id)
@@ -290,9 +309,15 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 			if err != nil {
 				return err
 			}
+			if mib, err := residentMiB(memPath); err == nil {
+				resWake.Samples = append(resWake.Samples, mib)
+			}
 			t1 := time.Now()
 			err = runTrue(b.ctx, c, fmt.Sprintf("w%d", i))
 			firstW.AddDuration(time.Since(t1))
+			if mib, err := residentMiB(memPath); err == nil {
+				resFirst.Samples = append(resFirst.Samples, mib)
+			}
 			if st, serr := w.Sandbox(b.ctx, id); serr == nil {
 				if vc, verr := stats.ReadProcCounters(st.VMMPID); verr == nil {
 					cpuW.Samples = append(cpuW.Samples, vc.CPUMS)
@@ -303,6 +328,11 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 		}); err != nil {
 			return nil, err
 		}
+		t2 := time.Now()
+		if err := runTrue(b.ctx, c, fmt.Sprintf("w%d-second", i)); err != nil {
+			return nil, err
+		}
+		secondW.AddDuration(time.Since(t2))
 		ck, err := w.Checkpoint(b.ctx, id, fmt.Sprintf("ckpt_%s_%d", id, i))
 		if err != nil {
 			return nil, err
@@ -312,7 +342,7 @@ func (b *bench) lifecycle(w *local.Worker, mem int) ([]stats.Series, error) {
 			return nil, err
 		}
 	}
-	return []stats.Series{pause, wakeP, susp, wakeS, firstW, cpuW, faultW, snapMB, ckpt}, nil
+	return []stats.Series{pause, wakeP, susp, wakeS, firstW, secondW, resWake, resFirst, cpuW, faultW, snapMB, ckpt}, nil
 }
 
 func (b *bench) runsc() (stats.Series, bool) {

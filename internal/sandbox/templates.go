@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -18,10 +17,10 @@ import (
 // unavailable; the rest works.
 type TemplateDeps struct {
 	// Builder builds tenants' templates (setup scripts off).
-	Builder TemplateBuilder
+	Builder *template.Builder
 	// AdminBuilder builds admins' templates (setup scripts allowed);
 	// Builder when nil.
-	AdminBuilder TemplateBuilder
+	AdminBuilder *template.Builder
 	// LogDir keeps every build's log, one file per build operation.
 	LogDir string
 	// Publish, when set, gets each successful build before its ready
@@ -34,15 +33,6 @@ type TemplateDeps struct {
 	Publish func(ctx context.Context, dir string, m template.Metadata) error
 	// TemplatesDir is where the builders write builds (for Publish's dir).
 	TemplatesDir string
-}
-
-// TemplateBuilder builds template images and removes builds: a
-// *template.Builder on one node; on a cluster's control plane, a worker's
-// builds over the worker protocol (the control plane needs no root,
-// mmdebstrap or agent).
-type TemplateBuilder interface {
-	Build(ctx context.Context, req template.BuildRequest, progress template.ProgressFunc, buildLog io.Writer) (template.Metadata, error)
-	Delete(ctx context.Context, ref string) error
 }
 
 // BuildParams is a template_build operation's input.

@@ -22,6 +22,20 @@ func (w *Worker) Crash() {
 			p.ready = map[string][]*poolEntry{}
 			p.mu.Unlock()
 		}
+		if p := w.wakes; p != nil {
+			p.cancel()
+			<-p.done
+			p.mu.Lock()
+			for _, ss := range p.ready {
+				for _, sl := range ss {
+					if d, ok := sl.vm.(vmm.Detacher); ok {
+						_ = d.Detach()
+					}
+				}
+			}
+			p.ready = map[wakeShape][]*wakeSlot{}
+			p.mu.Unlock()
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, sb := range w.sandboxes {

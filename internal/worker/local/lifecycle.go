@@ -131,7 +131,8 @@ func (w *Worker) wakeSuspended(ctx context.Context, sb *sandbox) (worker.Sandbox
 	}
 	// Verified while the VMM starts (restoreOpts.verify): a damaged
 	// snapshot never runs, and a failed wake leaves the sandbox suspended.
-	if err := w.restoreWith(ctx, sb, snap, m, restoreOpts{verify: true, ph: ph}); err != nil {
+	var slot bool
+	if err := w.restoreWith(ctx, sb, snap, m, restoreOpts{verify: true, ph: ph, tookSlot: &slot}); err != nil {
 		sb.mu.Lock()
 		sb.suspended = true
 		sb.mu.Unlock()
@@ -162,7 +163,7 @@ func (w *Worker) wakeSuspended(ctx context.Context, sb *sandbox) (worker.Sandbox
 	}
 	w.dropSuspendObject(ctx, id)
 	ph.log(w.log, "wake phases", "sandbox", id)
-	w.log.Info("sandbox woken", "sandbox", id, "took", time.Since(started).Round(time.Millisecond))
+	w.log.Info("sandbox woken", "sandbox", id, "prestarted_vmm", slot, "took", time.Since(started).Round(time.Millisecond))
 	return sb.status(), nil
 }
 
@@ -230,6 +231,9 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	// Sealed: from here the snapshot is the sandbox. Release the VM.
 	faultinject.Point("suspend.sealed")
 	sb.clearTransient()
+	if shape, ok := shapeOf(sb); ok {
+		w.wakes.want(shape) // a VMM of this shape waits for the wake
+	}
 	sb.mu.Lock()
 	sb.vm, sb.paused, sb.suspended = nil, false, true
 	sb.mu.Unlock()

@@ -79,6 +79,13 @@ type Config struct {
 	// PoolMemoryMiB bounds the guest memory of all pooled VMs together.
 	// Zero means DefaultPoolMemoryMiB.
 	PoolMemoryMiB int
+	// WakePoolSize is how many VMMs the worker starts ahead per shape of
+	// recent suspends, for wakes to take (wake_pool.go). Zero means
+	// DefaultWakePoolSize; negative disables them.
+	WakePoolSize int
+	// WakePoolMemoryMiB bounds the guest memory of all those VMMs together.
+	// Zero means DefaultWakePoolMemoryMiB.
+	WakePoolMemoryMiB int
 	// Snapshots, when set, is the object store suspends upload to and
 	// creates with SandboxSpec.FromSnapshot download from (cluster mode:
 	// suspend here, wake on any worker). Its download cache must be on
@@ -94,7 +101,8 @@ type Worker struct {
 	exits chan worker.Exit
 
 	ready readySnapshots
-	pool  *vmPool // nil when pools do not apply
+	pool  *vmPool   // nil when pools do not apply
+	wakes *wakePool // nil when wake slots do not apply
 	// ckMu: branches and restores read checkpoints (RLock) while
 	// DeleteCheckpoint removes them (Lock).
 	ckMu sync.RWMutex
@@ -146,6 +154,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	w.reapNamespaces(ctx)
 	w.pruneTemplateSnapshots()
 	w.startPool(ctx)
+	w.startWakePool(ctx)
 	return w, nil
 }
 
@@ -180,6 +189,7 @@ func (w *Worker) Close() error {
 	w.closeOnce.Do(func() {
 		close(w.closed)
 		w.pool.close()
+		w.wakes.close()
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, sb := range w.sandboxes {

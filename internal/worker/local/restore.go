@@ -37,6 +37,8 @@ type restoreOpts struct {
 	verify bool
 	// ph (may be nil) records the steps.
 	ph *phases
+	// tookSlot (may be nil) is set when the VMM was a wake slot's.
+	tookSlot *bool
 }
 
 // restoreWith is restoreInto with options.
@@ -52,23 +54,42 @@ func (w *Worker) restoreWith(ctx context.Context, sb *sandbox, snap string, m ma
 			_ = os.Remove(sb.path(diskFile))
 		}
 	}()
-	for _, f := range []string{memFile, diskFile} {
-		_ = os.Remove(sb.path(f))
-		if err := w.cfg.Storage.Clone(ctx, filepath.Join(snap, f), sb.path(f)); err != nil {
-			return fmt.Errorf("copy snapshot %s: %w", f, err)
+	// A wake takes a VMM started ahead when one of the snapshot's shape
+	// waits (wake_pool.go): the snapshot's files are reflinked onto its.
+	var slot vmm.VM
+	if o.verify {
+		slot = w.takeWakeSlot(ctx, sb, snap, m)
+	}
+	if slot == nil {
+		for _, f := range []string{memFile, diskFile} {
+			_ = os.Remove(sb.path(f))
+			if err := w.cfg.Storage.Clone(ctx, filepath.Join(snap, f), sb.path(f)); err != nil {
+				return fmt.Errorf("copy snapshot %s: %w", f, err)
+			}
+		}
+		if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
+			return fmt.Errorf("vm dir: %w: %v", errdefs.ErrInternal, err)
+		}
+		ph.mark("clone")
+	} else {
+		ph.mark("take_slot")
+		if o.tookSlot != nil {
+			*o.tookSlot = true
 		}
 	}
-	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
-		return fmt.Errorf("vm dir: %w: %v", errdefs.ErrInternal, err)
-	}
-	ph.mark("clone")
 	verdict := func() error { return nil }
 	if o.verify {
 		vctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		verdict = w.verifyBeside(vctx, sb, snap, m, ph)
 	}
-	vm, err := w.startRestored(ctx, r, w.bootSpec(sb, m.VCPUs, m.MemoryMiB), snap, ph)
+	var vm vmm.VM
+	if slot != nil {
+		vm, err = slot, slot.(vmm.IncomingVM).Incoming(ctx, snap) // stops slot on error
+		ph.mark("incoming")
+	} else {
+		vm, err = w.startRestored(ctx, r, w.bootSpec(sb, m.VCPUs, m.MemoryMiB), snap, ph)
+	}
 	if err != nil {
 		if verr := verdict(); verr != nil {
 			return verr // a damaged snapshot explains the failed restore
