@@ -8,7 +8,8 @@
 // of its memory file, and QEMU's own memory) and as the drop of
 // MemAvailable per sandbox, beside the API's latency with that many
 // sandboxes: GET /v1/sandboxes/{id} and a command round trip (exec
-// `true`), sequential, over sandboxes in turn.
+// `true`), sequential, over sandboxes in turn, and the host CPU each idle
+// VMM burns per second.
 //
 // With -ksm it turns the kernel's same-page merging on for the run (and
 // restores its settings after) and prints what it merged: QEMU marks guest
@@ -91,7 +92,10 @@ func run(cfg config) error {
 	budget := int64(float64(avail0) * cfg.memFraction)
 	stop, url, key, data, err := apiclient.StartServerData(cfg.spaced,
 		"--quota-sandboxes", strconv.Itoa(hardCap+1), "--quota-vcpus", strconv.Itoa(hardCap+1),
-		"--quota-memory-mib", strconv.Itoa((hardCap+1)*256))
+		"--quota-memory-mib", strconv.Itoa((hardCap+1)*256),
+		// A host loaded by the sandboxes held (and by other work) boots far
+		// slower than spaced's default bound allows.
+		"--boot-timeout", "10m")
 	if err != nil {
 		return err
 	}
@@ -167,6 +171,7 @@ type report struct {
 	pssFile   stats.Series
 	availDrop float64 // MiB of MemAvailable per sandbox
 	get, exec stats.Series
+	idleCPU   stats.Series // per VMM, ms of CPU per second idle
 	ksm       string
 }
 
@@ -179,12 +184,15 @@ func measure(ctx context.Context, c *apiclient.Client, data string, ids []string
 		pssFile: stats.Series{Name: "    of which file and shmem (guest RAM touched)", Unit: "MiB"},
 		get:     stats.Series{Name: "  GET /v1/sandboxes/{id}", Unit: "ms"},
 		exec:    stats.Series{Name: "  exec `true` round trip", Unit: "ms"},
+		idleCPU: stats.Series{Name: "  idle VMM CPU per sandbox (host CPU the guest burns doing nothing)", Unit: "ms/s"},
 	}
-	for _, id := range ids {
+	pids := make([]int, len(ids))
+	for i, id := range ids {
 		pid, err := vmmPID(data, id)
 		if err != nil {
 			return r, err
 		}
+		pids[i] = pid
 		m, err := readRollup(pid)
 		if err != nil {
 			return r, err
@@ -192,6 +200,9 @@ func measure(ctx context.Context, c *apiclient.Client, data string, ids []string
 		r.pss.Samples = append(r.pss.Samples, m.pss)
 		r.pssAnon.Samples = append(r.pssAnon.Samples, m.anon)
 		r.pssFile.Samples = append(r.pssFile.Samples, m.file+m.shmem)
+	}
+	if err := idleCPU(ctx, pids, &r.idleCPU); err != nil {
+		return r, err
 	}
 	if avail, err := memAvailable(); err == nil {
 		r.availDrop = float64(avail0-avail) / float64(1<<20) / float64(len(ids))
@@ -213,9 +224,43 @@ func measure(ctx context.Context, c *apiclient.Client, data string, ids []string
 	return r, nil
 }
 
+// idleWindow is how long idleCPU watches the idle VMMs: long against the
+// guests' periodic work (RCU, vmstat, the agent's link keepalive every 10 s)
+// and the 10 ms resolution of /proc/<pid>/stat.
+const idleWindow = 10 * time.Second
+
+// idleCPU adds each VMM's CPU time per second over idleWindow, with
+// nothing asked of any sandbox, to s. Every VMM costs this however idle
+// its guest: with enough of them it is what saturates the host.
+func idleCPU(ctx context.Context, pids []int, s *stats.Series) error {
+	before := make([]float64, len(pids))
+	for i, pid := range pids {
+		c, err := stats.ReadProcCounters(pid)
+		if err != nil {
+			return err
+		}
+		before[i] = c.CPUMS
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(idleWindow):
+	}
+	secs := time.Since(t0).Seconds()
+	for i, pid := range pids {
+		c, err := stats.ReadProcCounters(pid)
+		if err != nil {
+			return err
+		}
+		s.Samples = append(s.Samples, (c.CPUMS-before[i])/secs)
+	}
+	return nil
+}
+
 func (r report) print(w *os.File) {
 	fmt.Fprintf(w, "with %d sandboxes: MemAvailable dropped %.1f MiB per sandbox; load %s\n", r.n, r.availDrop, loadAvg())
-	stats.Print(w, r.pss, r.pssAnon, r.pssFile, r.get, r.exec)
+	stats.Print(w, r.pss, r.pssAnon, r.pssFile, r.idleCPU, r.get, r.exec)
 	if r.ksm != "" {
 		fmt.Fprintln(w, "  KSM:", r.ksm)
 	}

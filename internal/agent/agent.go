@@ -43,6 +43,10 @@ type Config struct {
 	// FreezePath is the mount point OpFreeze/OpThaw act on ("" makes them
 	// no-ops, as in test mode).
 	FreezePath string
+	// RaiseTimerSlack raises the timer slack of the agent's threads
+	// (slack.go) and starts commands from a thread with the default one.
+	// Only the guest's PID 1: it changes the whole process.
+	RaiseTimerSlack bool
 }
 
 // Agent serves agentproto requests. Create it with New.
@@ -84,7 +88,29 @@ func New(cfg Config) *Agent {
 		log: a.log, reaper: r, cgroups: newCgroups(cfg.CgroupRoot, a.log), etc: cfg.EtcDir,
 		env: a.defaultEnv, procs: map[string]*process{},
 	}
+	if cfg.RaiseTimerSlack {
+		a.procs.spawner = slackedSpawner(a.log)
+	}
 	return a
+}
+
+// slackedSpawner raises the agent's timer slack and returns the spawner
+// that keeps commands at the default; nil (slack as it was, or commands
+// started anywhere) when either step fails.
+func slackedSpawner(log *slog.Logger) *spawner {
+	base, err := raiseTimerSlack(log)
+	if err != nil {
+		log.Warn("timer slack", "err", err)
+		if base == 0 {
+			return nil
+		}
+	}
+	s, err := newSpawner(base)
+	if err != nil {
+		log.Warn("command spawner", "err", err)
+		return nil
+	}
+	return s
 }
 
 func (a *Agent) defaultEnv() map[string]string {

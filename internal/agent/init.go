@@ -36,9 +36,11 @@ func RunInit(log *slog.Logger, version string) {
 	if err := os.WriteFile("/proc/sys/vm/oom_dump_tasks", []byte("0"), 0); err != nil {
 		log.Warn("oom_dump_tasks", "err", err)
 	}
+	quietIdle(log)
 	a := New(Config{
 		Logger: log, Version: version, Privileged: true,
 		CgroupRoot: "/sys/fs/cgroup/space-agent", FreezePath: "/",
+		RaiseTimerSlack: true,
 	})
 	a.waitLink(ctx, log) // vsock (Firecracker) or the virtio-serial port (QEMU): vsock.go
 	PowerOff(log)

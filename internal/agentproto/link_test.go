@@ -17,7 +17,7 @@ import (
 
 // socketPair returns two connected, buffered stream sockets, so bytes can
 // be left on the line before either side starts (as on a virtio port).
-func socketPair(t *testing.T) (net.Conn, net.Conn) {
+func socketPair(t testing.TB) (net.Conn, net.Conn) {
 	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

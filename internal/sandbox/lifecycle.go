@@ -104,6 +104,11 @@ func (s *Service) runDelete(ctx context.Context, op *store.Operation, report ope
 		return nil, err
 	}
 	rule := RuleOf(Delete)
+	if sb.State == rule.To {
+		// Run again after its control replica was lost (take-over): that
+		// run got this far, the delete is done.
+		return sb, nil
+	}
 	if sb.State != rule.During {
 		return nil, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", sb.ID, sb.State).
 			WithDetails(map[string]any{"state": string(sb.State)})

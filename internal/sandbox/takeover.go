@@ -21,7 +21,8 @@ import (
 // worker reports, or fails when its VM is gone; a checkpoint left creating
 // fails with whatever files it had removed; a template build left building
 // fails. A delete is finished rather than failed: rerun is true, so the
-// engine runs the delete's handler again (it goes on from deleting). A
+// engine runs the delete's handler again (it goes on from deleting, or
+// finds the sandbox deleted already and succeeds). A
 // sandbox left deleting by another operation gets a delete when none is
 // unfinished.
 func (s *Service) ReconcileTakenOver(ctx context.Context, op *store.Operation) (rerun bool) {
@@ -42,12 +43,14 @@ func (s *Service) ReconcileTakenOver(ctx context.Context, op *store.Operation) (
 	case creating:
 		log.Warn("take over: create was interrupted")
 		s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrAborted, "sandbox creation was interrupted: its control replica was lost"), creating)
-	case deleting:
+	case deleting, deleted:
 		if op.Type == store.OpDelete {
-			log.Warn("take over: finishing delete")
+			log.Warn("take over: finishing delete", "state", sb.State)
 			return true
 		}
-		s.deleteUnlessUnderWay(ctx, sb, log)
+		if sb.State == deleting {
+			s.deleteUnlessUnderWay(ctx, sb, log)
+		}
 	case pausing, suspending, waking:
 		log.Warn("take over: taking the worker's state", "state", sb.State)
 		s.settleTo(ctx, sb.ID, sb.State)

@@ -72,8 +72,24 @@ func TestReconcileTakenOver(t *testing.T) {
 	if _, err := d.store.TransitionSandbox(ctx, store.AnyTenant, deleting.ID, nil, store.SandboxDeleting, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !d.svc.ReconcileTakenOver(ctx, &store.Operation{ID: "op_delete", Type: store.OpDelete, Target: deleting.ID}) {
+	del := &store.Operation{ID: "op_delete", Type: store.OpDelete, Target: deleting.ID}
+	if !d.svc.ReconcileTakenOver(ctx, del) {
 		t.Error("take-over of a delete does not ask for its rerun")
+	}
+	run := d.svc.Handlers()[store.OpDelete]
+	noReport := func(context.Context, string, int) {}
+	if _, err := run(ctx, del, noReport); err != nil {
+		t.Fatalf("delete run again: %v", err)
+	}
+	if sb := d.get(deleting.ID); sb.State != store.SandboxDeleted || d.worker.VM(deleting.ID) != nil {
+		t.Fatalf("after the delete's rerun: %s (VM left: %v)", sb.State, d.worker.VM(deleting.ID) != nil)
+	}
+	// The lost run had finished it: the rerun finds it deleted and succeeds.
+	if !d.svc.ReconcileTakenOver(ctx, del) {
+		t.Error("take-over of a finished delete does not ask for its rerun")
+	}
+	if _, err := run(ctx, del, noReport); err != nil {
+		t.Fatalf("delete run again once deleted: %v", err)
 	}
 }
 

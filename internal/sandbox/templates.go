@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -17,10 +18,10 @@ import (
 // unavailable; the rest works.
 type TemplateDeps struct {
 	// Builder builds tenants' templates (setup scripts off).
-	Builder *template.Builder
+	Builder TemplateBuilder
 	// AdminBuilder builds admins' templates (setup scripts allowed);
 	// Builder when nil.
-	AdminBuilder *template.Builder
+	AdminBuilder TemplateBuilder
 	// LogDir keeps every build's log, one file per build operation.
 	LogDir string
 	// Publish, when set, gets each successful build before its ready
@@ -33,6 +34,15 @@ type TemplateDeps struct {
 	Publish func(ctx context.Context, dir string, m template.Metadata) error
 	// TemplatesDir is where the builders write builds (for Publish's dir).
 	TemplatesDir string
+}
+
+// TemplateBuilder builds template images and removes builds: a
+// *template.Builder on one node; on a cluster's control plane, a worker's
+// builds over the worker protocol (the control plane needs no root,
+// mmdebstrap or agent).
+type TemplateBuilder interface {
+	Build(ctx context.Context, req template.BuildRequest, progress template.ProgressFunc, buildLog io.Writer) (template.Metadata, error)
+	Delete(ctx context.Context, ref string) error
 }
 
 // BuildParams is a template_build operation's input.

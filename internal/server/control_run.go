@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -77,13 +76,10 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	}
 	td.add(func() { pl.Close() })
 
-	templatesDir := filepath.Join(cfg.DataDir, "templates")
-	registerBaseTemplate(ctx, cfg.Config, db, templatesDir, publishImage(obj), log)
-	tpls, err := templateBuilders(cfg.Config, templatesDir, log)
+	tpls, err := replicaTemplates(ctx, cfg, db, pl, dial, obj, &td, log)
 	if err != nil {
 		return err
 	}
-	tpls.Publish = publishImage(obj)
 	// The engine may hand over operations before the API exists: they
 	// wait for it (the first pass is LeaseTTL/3 after the start).
 	var srvReady sync.WaitGroup

@@ -84,6 +84,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		h.keepVolume = vmsLeftRunning(ctx, wk, log)
 		wk.Close()
 	})
+	builds, err := newWorkerTemplates(cfg, h, snapshots, log)
+	if err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -91,7 +95,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 	}
 	log.Info("spaced worker serving the worker protocol", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
 		"kernel", h.kernel.Version, "tls", tlsConfig != nil)
-	return serveWorkerAndNode(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log}, cfg.Node)
+	serving := WorkerServing{Token: token, TLS: tlsConfig, Logger: log}
+	if builds != nil {
+		serving.Templates = builds
+	}
+	return serveWorkerAndNode(ctx, wk, ln, serving, cfg.Node)
 }
 
 // WorkerServing is how ServeWorker serves a worker.
