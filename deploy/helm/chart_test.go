@@ -110,6 +110,9 @@ func TestControlPlane(t *testing.T) {
 	if len(boot.Data["worker-token"]) < 32 || !strings.HasPrefix(string(boot.Data["admin-key"]), "space_admin_") {
 		t.Errorf("bootstrap secret: worker-token %d bytes, admin-key %q…", len(boot.Data["worker-token"]), string(boot.Data["admin-key"])[:6])
 	}
+	if len(boot.Data["secrets-key"]) != 32 || !slices.Contains(c.Args, "--secrets-key-file=/etc/space/bootstrap/secrets-key") {
+		t.Errorf("bootstrap secret: secrets-key %d bytes (want 32), or the control plane is not given it", len(boot.Data["secrets-key"]))
+	}
 	pdb := get[*policyv1.PodDisruptionBudget](t, objs, "space-control")
 	if pdb.Spec.MinAvailable.IntValue() != 1 || !selects(t, pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
 		t.Errorf("PDB minAvailable %s selector %v", pdb.Spec.MinAvailable, pdb.Spec.Selector.MatchLabels)

@@ -44,8 +44,9 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // LoadKey reads the key at path, creating it (32 random bytes, mode 0600)
-// when it does not exist. A key that is readable by group or others, or of
-// the wrong size, is refused.
+// when it does not exist. A key that others can read, or its group write,
+// or of the wrong size, is refused; group read is allowed, as a Kubernetes
+// Secret volume with an fsGroup mounts it (0440).
 func LoadKey(path string) ([]byte, error) {
 	key, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -77,8 +78,8 @@ func LoadKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat secrets key: %w", errors.Join(errdefs.ErrInternal, err))
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("secrets key %s is readable by others (mode %v; want 0600): %w", path, fi.Mode().Perm(), errdefs.ErrFailedPrecondition)
+	if fi.Mode().Perm()&0o037 != 0 {
+		return nil, fmt.Errorf("secrets key %s is open to others or writable by its group (mode %v; want 0600, 0400 or 0440): %w", path, fi.Mode().Perm(), errdefs.ErrFailedPrecondition)
 	}
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("secrets key %s: %d bytes, want %d: %w", path, len(key), KeySize, errdefs.ErrFailedPrecondition)

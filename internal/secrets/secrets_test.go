@@ -3,6 +3,7 @@ package secrets
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,11 +50,22 @@ func TestKeyFileCreatedPrivateAndStable(t *testing.T) {
 	if err != nil || !bytes.Equal(k1, k2) {
 		t.Fatalf("second load: %v (same key: %v)", err, bytes.Equal(k1, k2))
 	}
-	if err := os.Chmod(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadKey(path); errdefs.ClassOf(err) != errdefs.ErrFailedPrecondition {
-		t.Fatalf("world-readable key: got %v, want failed precondition", err)
+	// A Kubernetes Secret volume with an fsGroup mounts it 0440: allowed.
+	// Others reading it, or its group writing it, is refused.
+	for _, tc := range []struct {
+		mode fs.FileMode
+		ok   bool
+	}{{0o440, true}, {0o400, true}, {0o644, false}, {0o604, false}, {0o460, false}} {
+		if err := os.Chmod(path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadKey(path)
+		if tc.ok && err != nil {
+			t.Errorf("key of mode %v: %v", tc.mode, err)
+		}
+		if !tc.ok && errdefs.ClassOf(err) != errdefs.ErrFailedPrecondition {
+			t.Errorf("key of mode %v: got %v, want failed precondition", tc.mode, err)
+		}
 	}
 	bad := filepath.Join(t.TempDir(), KeyFile)
 	if err := os.WriteFile(bad, []byte("short"), 0o600); err != nil {

@@ -80,7 +80,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	fs.StringVar(&cfg.WorkerTokenFile, "worker-token-file", "", "file holding the worker protocol's token (required)")
 	fs.StringVar(&cfg.WorkerCAFile, "worker-ca-file", "", "PEM CA of the workers' TLS certificates: reach workers over TLS")
 	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the bootstrap admin key (space_…), registered by every replica (required; created with a new key when missing)")
-	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "file holding the 32-byte key tenants' secrets are sealed with, shared by the replicas, mode 0600 or 0400 (default: secrets routes off)")
+	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "file holding the 32-byte key tenants' secrets are sealed with, shared by the replicas, mode 0600, 0400 or 0440 (default: secrets routes off)")
 	fs.StringVar(&cfg.LeaderLease, "leader-lease", "", "Lease namespace/name the replicas elect the loops' leader on (default <namespace>/"+DefaultLeaderLeaseName+")")
 	fs.DurationVar(&cfg.LeaderLeaseDuration, "leader-lease-duration", 15*time.Second, "how long the leader Lease lasts unrenewed")
 	fs.DurationVar(&cfg.OperationLeaseTTL, "operation-lease", operation.DefaultLeaseTTL, "how long an operation lease lasts unrenewed before another replica takes the operation over")

@@ -75,6 +75,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- fail (printf "worker.capacity.%s must be 1 or more" $k) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.secrets.secretsKey (ne (len (b64dec .Values.secrets.secretsKey)) 32) -}}
+{{- fail "secrets.secretsKey must be the base64 of exactly 32 bytes" -}}
+{{- end -}}
 {{- if lt (int .Values.control.replicas) 1 -}}
 {{- fail "control.replicas must be 1 or more" -}}
 {{- end -}}
