@@ -23,9 +23,10 @@ func controlSnapshots(obj *objstore.Store) placement.SnapshotStore {
 	return objstore.Snapshots{Store: obj}
 }
 
-// publishImage is the template builds' Publish hook: the build's files go
-// to the object store under its digest before any worker is asked for its
-// ready snapshot. Nil without --object-store (the build stays here).
+// publishImage puts a template build's files in the object store under its
+// digest, where every worker fetches them on first use: the last step of a
+// worker's build for the control plane (worker_templates.go). Nil without
+// an object store (the build stays where it was made).
 func publishImage(obj *objstore.Store) func(ctx context.Context, dir string, m template.Metadata) error {
 	if obj == nil {
 		return nil

@@ -72,9 +72,8 @@ func (w *workerTemplates) BuildTemplate(ctx context.Context, b remote.TemplateBu
 		}()
 		dir = w.buildsDir
 	}
-	if _, err := w.obj.PutImage(ctx, m.Digest, template.BuildDir(dir, m.Name, m.Digest), local.ImageFiles); err != nil {
-		return template.Metadata{}, errdefs.New(errdefs.ErrUnavailable, "the built image could not be stored in object storage").
-			WithCause(fmt.Errorf("store template %s: %w", m.Ref(), err))
+	if err := publishImage(w.obj)(ctx, template.BuildDir(dir, m.Name, m.Digest), m); err != nil {
+		return template.Metadata{}, errdefs.New(errdefs.ErrUnavailable, "the built image could not be stored in object storage").WithCause(err)
 	}
 	w.log.InfoContext(ctx, "template built for the control plane and published", "template", m.Ref(), "base", b.Base)
 	return m, nil
