@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/operation"
@@ -24,6 +25,19 @@ import (
 // DrainParams are the params of a suspend operation that records a drain.
 type DrainParams struct {
 	Drain bool `json:"drain"`
+	// WasRunning records that the sandbox ran when its drain was
+	// recorded: only such a sandbox is woken after it, also by a replica
+	// that takes the drain over from a lost one (takeover.go).
+	WasRunning bool `json:"was_running,omitempty"`
+}
+
+// drainParamsOf returns op's DrainParams, and whether op records a drain.
+func drainParamsOf(op *store.Operation) (DrainParams, bool) {
+	var p DrainParams
+	if op.Type != store.OpSuspend || len(op.Params) == 0 || json.Unmarshal(op.Params, &p) != nil {
+		return DrainParams{}, false
+	}
+	return p, p.Drain
 }
 
 // submitDrain records the drain of sandbox id as a suspend operation
@@ -45,8 +59,17 @@ func (s *Service) submitDrain(ctx context.Context, id string) {
 		return
 	}
 	// Every control replica sees the eviction: the first to submit
-	// records it (the check runs in the submit's transaction).
-	op, err := s.SubmitOnChecked(ctx, sb, store.OpSuspend, RuleOf(Suspend).From, DrainParams{Drain: true}, drainNotRecorded)
+	// records it (the checks run in the submit's transaction). The drain
+	// is asked about again there: a replica that read the notice late,
+	// after the whole drain and its wake, records nothing.
+	params := DrainParams{Drain: true, WasRunning: sb.State == running}
+	stillDraining := func(ctx context.Context, tx store.Store, cur *store.Sandbox) error {
+		if !d.Draining(id) {
+			return errdefs.New(errdefs.ErrConflict, "sandbox %s is no longer being drained", id)
+		}
+		return drainNotRecorded(ctx, tx, cur)
+	}
+	op, err := s.SubmitOnChecked(ctx, sb, store.OpSuspend, RuleOf(Suspend).From, params, stillDraining)
 	if err != nil {
 		if errdefs.ClassOf(err) != errdefs.ErrConflict {
 			log.Error("record drain", "err", err)
@@ -66,9 +89,7 @@ func drainNotRecorded(ctx context.Context, tx store.Store, cur *store.Sandbox) e
 		return err
 	}
 	for _, op := range page.Items {
-		var p DrainParams
-		if op.Type == store.OpSuspend && (op.State == store.OpPending || op.State == store.OpRunning) &&
-			json.Unmarshal(op.Params, &p) == nil && p.Drain {
+		if _, drain := drainParamsOf(op); drain && (op.State == store.OpPending || op.State == store.OpRunning) {
 			return errdefs.New(errdefs.ErrConflict, "the drain of sandbox %s is recorded already (%s)", cur.ID, op.ID)
 		}
 	}
@@ -82,8 +103,7 @@ func (s *Service) runSuspend() operation.Handler {
 		return s.worker.SuspendSandbox(ctx, op.Target)
 	})
 	return func(ctx context.Context, op *store.Operation, report operation.ProgressFunc) (any, error) {
-		var p DrainParams
-		if len(op.Params) > 0 && json.Unmarshal(op.Params, &p) == nil && p.Drain {
+		if _, drain := drainParamsOf(op); drain {
 			return s.runDrain(ctx, op, report)
 		}
 		return plain(ctx, op, report)
@@ -132,14 +152,22 @@ func (s *Service) runDrain(ctx context.Context, op *store.Operation, report oper
 		return nil, err
 	}
 	log.Info("sandbox suspended by a node drain", "was", before.State)
-	if before.State == running && d.WakeAfterDrain() {
-		// A paused sandbox stays suspended: a wake would run the vCPUs its
-		// tenant stopped.
-		if wake, err := s.SubmitOn(context.WithoutCancel(ctx), sb, store.OpWake, RuleOf(Wake).From, nil); err != nil {
-			log.Error("wake drained sandbox", "err", err)
-		} else {
-			log.Info("waking drained sandbox on another worker", "wake_op", wake.ID)
-		}
+	if before.State == running {
+		s.wakeDrained(context.WithoutCancel(ctx), sb, log)
 	}
 	return Status{Sandbox: sb, Worker: &st}, nil
+}
+
+// wakeDrained submits the wake of sb, suspended by a drain while it ran,
+// unless the drain policy keeps it suspended. A paused sandbox is never
+// woken: a wake would run the vCPUs its tenant stopped.
+func (s *Service) wakeDrained(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
+	if d, ok := s.worker.(worker.Drainer); !ok || !d.WakeAfterDrain() {
+		return
+	}
+	if wake, err := s.SubmitOn(ctx, sb, store.OpWake, RuleOf(Wake).From, nil); err != nil {
+		log.Error("wake drained sandbox", "err", err)
+	} else {
+		log.Info("waking drained sandbox on another worker", "wake_op", wake.ID)
+	}
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -108,6 +109,9 @@ func TestDrainSuspendsThenWakes(t *testing.T) {
 	d.svc.handleExit(ctx, worker.Exit{SandboxID: sb.ID, Drain: true})
 	suspends := d.operationsOf(sb.ID, store.OpSuspend)
 	if len(suspends) != 1 {
+		for _, o := range suspends {
+			t.Logf("%s %s %s created %s", o.ID, o.State, o.Params, o.CreatedAt.Format(time.StampMicro))
+		}
 		t.Fatalf("%d suspend operations recorded for two notices of one drain, want 1", len(suspends))
 	}
 	if done := d.wait(suspends[0]); string(done.Params) == "" {
@@ -212,5 +216,70 @@ func TestDrainFailuresAndStaleNotices(t *testing.T) {
 	}
 	if got := d.get(gone.ID); got.State != store.SandboxRunning {
 		t.Errorf("sandbox after a drain that was none: %s, want running (its worker's state)", got.State)
+	}
+}
+
+// A replica that takes over a drain of a running sandbox from a lost one
+// submits the wake the lost one would have: whether it was lost in the
+// middle (the sandbox suspending) or after the drain's end; never a second
+// wake, and none for a sandbox that was paused when drained.
+func TestDrainTakenOverStillWakes(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		state      store.SandboxState // as the lost replica left it
+		wasRunning bool
+		wokenSince bool // a wake was submitted after the drain
+		wantWake   bool
+	}{
+		{"lost mid-drain", store.SandboxSuspending, true, false, true},
+		{"lost before the wake", store.SandboxSuspended, true, false, true},
+		{"woken already", store.SandboxSuspended, true, true, false},
+		{"was paused", store.SandboxSuspending, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, _ := newDrainDomain(t, true)
+			ctx := context.Background()
+			sb := d.create()
+			drainedAt := time.Now().UTC().Add(-time.Second)
+			if _, err := d.worker.SuspendSandbox(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.store.TransitionSandbox(ctx, store.AnyTenant, sb.ID, nil, tc.state, nil); err != nil {
+				t.Fatal(err)
+			}
+			if tc.wokenSince {
+				op, err := d.svc.SubmitOn(ctx, d.get(sb.ID), store.OpWake, RuleOf(Wake).From, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.wait(op)
+			}
+			params, err := json.Marshal(DrainParams{Drain: true, WasRunning: tc.wasRunning})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost := &store.Operation{ID: "op_lost_drain", TenantID: d.tenant, Type: store.OpSuspend, Target: sb.ID, Params: params, CreatedAt: drainedAt}
+			if d.svc.ReconcileTakenOver(ctx, lost) {
+				t.Error("take-over of a drain asks for a rerun")
+			}
+			wakes := d.operationsOf(sb.ID, store.OpWake)
+			want := 0
+			if tc.wantWake || tc.wokenSince {
+				want = 1
+			}
+			if len(wakes) != want {
+				t.Fatalf("%d wake operations after the take-over, want %d", len(wakes), want)
+			}
+			if want == 0 {
+				if got := d.get(sb.ID); got.State != store.SandboxSuspended {
+					t.Errorf("after the take-over: %s, want suspended", got.State)
+				}
+				return
+			}
+			d.wait(wakes[0])
+			if got := d.get(sb.ID); got.State != store.SandboxRunning {
+				t.Errorf("after the take-over's wake: %s, want running", got.State)
+			}
+		})
 	}
 }

@@ -54,6 +54,9 @@ func (s *Service) ReconcileTakenOver(ctx context.Context, op *store.Operation) (
 	case pausing, suspending, waking:
 		log.Warn("take over: taking the worker's state", "state", sb.State)
 		s.settleTo(ctx, sb.ID, sb.State)
+		s.finishDrainWake(ctx, op, log)
+	case suspended:
+		s.finishDrainWake(ctx, op, log) // lost between a drain's end and its wake
 	case running, paused:
 		if st, err := s.worker.Sandbox(ctx, sb.ID); errdefs.ClassOf(err) == errdefs.ErrNotFound || (err == nil && st.State == worker.VMStopped) {
 			why := "the sandbox's VM stopped unexpectedly"
@@ -185,4 +188,32 @@ func (s *Service) ReconcileLive(ctx context.Context) error {
 		s.failSandbox(ctx, sb.ID, errdefs.New(errdefs.ErrUnavailable, "%s", why), cur.State)
 	}
 	return nil
+}
+
+// finishDrainWake submits the wake that a lost replica's drain of a
+// running sandbox would have submitted at its end (drain.go), when the
+// sandbox reads suspended and no wake was submitted since the drain.
+func (s *Service) finishDrainWake(ctx context.Context, op *store.Operation, log *slog.Logger) {
+	p, drain := drainParamsOf(op)
+	if !drain || !p.WasRunning {
+		return
+	}
+	sb, err := s.store.GetSandbox(ctx, store.AnyTenant, op.Target)
+	if err != nil || sb.State != suspended {
+		return
+	}
+	f := store.OperationFilter{TenantID: store.AnyTenant, Target: sb.ID}
+	f.PageSize = 20 // newest first: a wake since the drain is among the latest
+	page, err := s.store.ListOperations(ctx, f)
+	if err != nil {
+		log.Error("take over: list the sandbox's operations", "err", err)
+		return
+	}
+	for _, o := range page.Items {
+		if o.Type == store.OpWake && !o.CreatedAt.Before(op.CreatedAt) {
+			return
+		}
+	}
+	log.Warn("take over: waking the sandbox its lost drain suspended")
+	s.wakeDrained(ctx, sb, log)
 }
