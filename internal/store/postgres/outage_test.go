@@ -86,3 +86,75 @@ func TestServerKilledAndRestarted(t *testing.T) {
 		t.Fatalf("a write after the restart: %v", err)
 	}
 }
+
+// TestServerFrozen: a server that stops answering without closing its
+// connections (every process SIGSTOPped) does not hang a call whose
+// context has no deadline, as an API request's has none: each call ends
+// unavailable once the store's statement bound has passed — reads, writes,
+// a page of rows and a transaction alike — and, the server thawed, the
+// same Store serves again.
+func TestServerFrozen(t *testing.T) {
+	srv, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	ctx := ctxT(t)
+	s, err := postgres.Open(ctx, srv.DSN("postgres"), postgres.WithStatementTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tenant := &store.Tenant{Name: "kept"}
+	if err := s.CreateTenant(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Thaw()
+	for name, call := range map[string]func(context.Context) error{
+		"read":  func(ctx context.Context) error { _, err := s.GetTenant(ctx, tenant.ID); return err },
+		"write": func(ctx context.Context) error { return s.CreateTenant(ctx, &store.Tenant{Name: "lost"}) },
+		"rows":  func(ctx context.Context) error { _, err := s.ListTenants(ctx); return err },
+		"transaction": func(ctx context.Context) error {
+			return s.Atomic(ctx, func(ctx context.Context, tx store.Store) error {
+				return tx.CreateTenant(ctx, &store.Tenant{Name: "lost too"})
+			})
+		},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- call(context.Background()) }()
+		select {
+		case err := <-done:
+			if errdefs.ClassOf(err) != errdefs.ErrUnavailable {
+				t.Errorf("%s with the server frozen: %v (class %s), want unavailable", name, err, errdefs.ClassOf(err).Code())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s with the server frozen still waits after 30s (the bound is 1s)", name)
+		}
+	}
+	if err := srv.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := s.GetTenant(ctx, tenant.ID)
+		if err == nil {
+			if got.Name != "kept" {
+				t.Fatalf("after the thaw the tenant reads %+v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) || !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Fatalf("after the thaw: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.CreateTenant(ctx, &store.Tenant{Name: "after"}); err != nil {
+		t.Fatalf("a write after the thaw: %v", err)
+	}
+	if list, err := s.ListTenants(ctx); err != nil || len(list) != 2 {
+		t.Fatalf("tenants after the thaw: %d, %v; want kept and after (nothing written while frozen)", len(list), err)
+	}
+}

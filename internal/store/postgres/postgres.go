@@ -55,9 +55,15 @@ type querier interface {
 // conn carries the methods of store.Store: on the pool outside a
 // transaction, on the transaction (or a savepoint in it) inside one.
 type conn struct {
-	pool *pgxpool.Pool
-	tx   pgx.Tx // nil outside a transaction
-	q    querier
+	pool  *pgxpool.Pool
+	tx    pgx.Tx // nil outside a transaction
+	q     querier
+	bound time.Duration // each statement's (bounded.go)
+}
+
+// on returns a conn for the transaction or savepoint tx.
+func (c *conn) on(tx pgx.Tx) *conn {
+	return &conn{pool: c.pool, tx: tx, q: boundedQuerier{q: tx, bound: c.bound}, bound: c.bound}
 }
 
 // connectTimeout bounds Open's first connection and migration; dialTimeout
@@ -69,7 +75,11 @@ const (
 
 // Open connects to the database dsn names (a postgres:// or postgresql://
 // URL, or key=value pairs) and migrates it to the newest schema.
-func Open(ctx context.Context, dsn string) (*Store, error) {
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	o := options{statementTimeout: DefaultStatementTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "invalid PostgreSQL DSN %s: %s", Redact(dsn), scrub(err, dsn))
@@ -94,7 +104,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, errdefs.New(errdefs.ErrUnavailable, "migrate PostgreSQL %s: %s", Redact(dsn), scrub(err, password))
 	}
-	return &Store{conn: conn{pool: pool, q: pool}}, nil
+	return &Store{conn: conn{pool: pool, q: boundedQuerier{q: pool, bound: o.statementTimeout}, bound: o.statementTimeout}}, nil
 }
 
 // Close closes the pool.
@@ -144,15 +154,15 @@ const (
 func (c *conn) atomic(ctx context.Context, fn func(tc *conn) error) error {
 	c = c.bind(ctx)
 	if c.tx != nil {
-		sp, err := c.tx.Begin(ctx)
+		sp, err := beginBounded(ctx, c.bound, c.tx.Begin)
 		if err != nil {
 			return dbErr("savepoint", err)
 		}
-		if err := fn(&conn{pool: c.pool, tx: sp, q: sp}); err != nil {
-			sp.Rollback(context.WithoutCancel(ctx))
+		if err := fn(c.on(sp)); err != nil {
+			rollbackBounded(ctx, c.bound, sp)
 			return err
 		}
-		if err := sp.Commit(ctx); err != nil {
+		if err := commitBounded(ctx, c.bound, sp); err != nil {
 			return dbErr("release savepoint", err)
 		}
 		return nil
@@ -173,21 +183,23 @@ func (c *conn) atomic(ctx context.Context, fn func(tc *conn) error) error {
 }
 
 func (c *conn) runTx(ctx context.Context, fn func(tc *conn) error) (err error) {
-	tx, err := c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	tx, err := beginBounded(ctx, c.bound, func(ctx context.Context) (pgx.Tx, error) {
+		return c.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	})
 	if err != nil {
 		return dbErr("begin", err)
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			tx.Rollback(context.WithoutCancel(ctx))
+			rollbackBounded(ctx, c.bound, tx)
 			panic(p)
 		}
 	}()
-	if err := fn(&conn{pool: c.pool, tx: tx, q: tx}); err != nil {
-		tx.Rollback(context.WithoutCancel(ctx))
+	if err := fn(c.on(tx)); err != nil {
+		rollbackBounded(ctx, c.bound, tx)
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := commitBounded(ctx, c.bound, tx); err != nil {
 		return dbErr("commit", err)
 	}
 	return nil
@@ -262,6 +274,8 @@ func retryable(err error) bool {
 // stays in the chain for logs; it is never an errdefs.Public.
 func dbErr(what string, err error) error {
 	switch {
+	case errors.Is(err, errdefs.ErrUnavailable): // unanswered within the bound
+		return fmt.Errorf("%s: %w", what, err)
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
 	case errors.Is(err, context.Canceled):

@@ -351,6 +351,28 @@ func (s *Server) Kill() error {
 	}
 }
 
+// Freeze SIGSTOPs the postmaster and every backend, as a server that
+// stops answering without closing its connections (a hung host behind a
+// live TCP peer); Thaw SIGCONTs them.
+func (s *Server) Freeze() error { return s.signalAll(syscall.SIGSTOP) }
+
+// Thaw undoes Freeze.
+func (s *Server) Thaw() error { return s.signalAll(syscall.SIGCONT) }
+
+func (s *Server) signalAll(sig syscall.Signal) error {
+	pid := s.PID()
+	if pid == 0 {
+		return errors.New("pgtest: no server runs")
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("pgtest: signal postmaster %d: %w", pid, err)
+	}
+	for _, child := range childrenOf(pid) {
+		_ = syscall.Kill(child, sig)
+	}
+	return nil
+}
+
 // childrenOf lists the processes whose parent is pid.
 func childrenOf(pid int) []int {
 	entries, _ := os.ReadDir("/proc")
