@@ -33,6 +33,11 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 	var up net.Conn
 	var upBR *bufio.Reader
 	var upName string
+	// One writer each way for the connection's life, not one per request:
+	// a request's header goes upstream in one write, a response's header
+	// and what of its body is at hand to the guest in one write.
+	upW := bufio.NewWriterSize(nil, 4<<10)
+	gw := bufio.NewWriterSize(g, 16<<10)
 	defer func() {
 		if up != nil {
 			up.Close()
@@ -91,6 +96,7 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 				return
 			}
 			up, upBR, upName, rec.Upstream = conn, bufio.NewReader(&countReader{r: conn, n: &c.in}), name, addr
+			upW.Reset(&countWriter{w: conn, n: &c.out})
 		} else {
 			rec.Upstream = up.RemoteAddr().String()
 		}
@@ -105,7 +111,7 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 		rec.Allowed = true
 		out0, in0 := c.out.Load(), c.in.Load()
 		p := sb.record(rec)
-		keep := c.roundTrip(g, req, br, up, upBR, secrets)
+		keep := c.roundTrip(g, gw, req, br, up, upW, upBR, secrets)
 		sb.audit.update(p, c.out.Load()-out0, c.in.Load()-in0)
 		if !keep {
 			return
@@ -148,13 +154,15 @@ func (c *proxyConn) inject(ctx context.Context, r *rules, name string, req *http
 	return secrets, headers, nil
 }
 
-// roundTrip sends req upstream and streams the response back, scrubbed.
-// It reports whether the guest connection may carry another request.
-func (c *proxyConn) roundTrip(g net.Conn, req *http.Request, guestBR *bufio.Reader, up net.Conn, upBR *bufio.Reader, secrets []string) bool {
+// roundTrip sends req upstream through upW (up's writer, empty) and streams
+// the response back through gw (g's writer, empty), scrubbed. It reports
+// whether the guest connection may carry another request.
+func (c *proxyConn) roundTrip(g net.Conn, gw *bufio.Writer, req *http.Request, guestBR *bufio.Reader, up net.Conn, upW *bufio.Writer, upBR *bufio.Reader, secrets []string) bool {
 	req.Header.Del("Expect") // no 100-continue dance through the proxy
 	req.Header.Del("Proxy-Connection")
-	uw := &countWriter{w: up, n: &c.out}
-	if err := req.Write(uw); err != nil {
+	// (Request.Write on a *bufio.Writer leaves the flush to its caller; a
+	// chunked body is flushed chunk by chunk, as with its own writer.)
+	if err := req.Write(upW); err != nil || upW.Flush() != nil {
 		writeStatus(g, req, http.StatusBadGateway, "egress: upstream write failed\n")
 		return false
 	}
@@ -203,7 +211,6 @@ func (c *proxyConn) roundTrip(g net.Conn, req *http.Request, guestBR *bufio.Read
 	// of the body is at hand are gathered and sent together, and flushed
 	// before any read of the body that could wait on the upstream, so a
 	// streamed response is never held back.
-	gw := bufio.NewWriterSize(g, 16<<10)
 	resp.Body = &flushBeforeWait{r: resp.Body, w: gw, src: upBR, always: sc != nil}
 	// (Written through a plain Writer: bufio's ReadFrom would have the body
 	// read into its buffer, which the flush before the read would reset.)
@@ -220,7 +227,7 @@ func (c *proxyConn) roundTrip(g net.Conn, req *http.Request, guestBR *bufio.Read
 		}
 		done := make(chan struct{})
 		go func() { defer close(done); io.Copy(g, from); closeWrite(g) }()
-		io.Copy(uw, guestBR)
+		io.Copy(&countWriter{w: up, n: &c.out}, guestBR)
 		closeWrite(up)
 		<-done
 		return false

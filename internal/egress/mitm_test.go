@@ -18,7 +18,7 @@ import (
 // withCA turns HTTPS injection on with a fresh CA; upstreams are verified
 // against the harness's test CA (as --egress-ca-file does) unless
 // systemRoots.
-func withCA(t *testing.T, systemRoots bool) (func(*env, *Config), **CA) {
+func withCA(t testing.TB, systemRoots bool) (func(*env, *Config), **CA) {
 	var ca *CA
 	return func(e *env, cfg *Config) {
 		var err error

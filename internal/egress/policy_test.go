@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -105,5 +106,33 @@ func TestScrubAcrossReads(t *testing.T) {
 	}
 	if !bytes.HasPrefix(got, []byte(strings.Repeat("x", 100)+"************y")) {
 		t.Fatalf("unexpected output %s", got)
+	}
+}
+
+// TestValidLabel checks the hand-written label rule against the regular
+// expression it replaced, on every string up to 3 bytes over an alphabet
+// of each byte class, and at the length limits.
+func TestValidLabel(t *testing.T) {
+	re := regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+	alpha := []string{"a", "z", "0", "9", "_", "-", "A", ".", "é", " "}
+	var all []string
+	var grow func(s string, n int)
+	grow = func(s string, n int) {
+		all = append(all, s)
+		if n == 0 {
+			return
+		}
+		for _, a := range alpha {
+			grow(s+a, n-1)
+		}
+	}
+	grow("", 3)
+	for _, n := range []int{61, 62, 63, 64, 65} {
+		all = append(all, strings.Repeat("a", n), "-"+strings.Repeat("a", n-1), strings.Repeat("a", n-1)+"-", "a"+strings.Repeat("-", n-2)+"a")
+	}
+	for _, s := range all {
+		if got, want := validLabel(s), re.MatchString(s); got != want {
+			t.Errorf("validLabel(%q) = %v, the expression says %v", s, got, want)
+		}
 	}
 }

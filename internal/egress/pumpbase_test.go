@@ -2,6 +2,8 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,6 +27,9 @@ import (
 type pumpedDirect struct {
 	url    string
 	client *http.Client
+	// tlsURL is the same server over TLS (the harness's self-signed
+	// certificate for allowed.test, which client trusts).
+	tlsURL string
 }
 
 var (
@@ -74,6 +79,17 @@ func newPumpedDirect(t testing.TB, id string) *pumpedDirect {
 	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
+	var tl net.Listener
+	must(t, network.InNamespace(sns, func() (err error) {
+		tl, err = net.Listen("tcp4", netip.AddrPortFrom(pumpServerAddr, 443).String())
+		return err
+	}))
+	cert := selfSigned(t)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert.Leaf)
+	tsrv := &http.Server{Handler: srv.Handler}
+	go tsrv.Serve(tls.NewListener(tl, &tls.Config{Certificates: []tls.Certificate{cert}}))
+	t.Cleanup(func() { tsrv.Close() })
 
 	tr := &http.Transport{DialContext: func(ctx context.Context, nw, addr string) (net.Conn, error) {
 		var c net.Conn
@@ -83,9 +99,10 @@ func newPumpedDirect(t testing.TB, id string) *pumpedDirect {
 			return err
 		})
 		return c, err
-	}}
+	}, TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "allowed.test"}}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &pumpedDirect{url: "http://" + pumpServerAddr.String() + "/", client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	return &pumpedDirect{url: "http://" + pumpServerAddr.String() + "/", tlsURL: "https://" + pumpServerAddr.String() + "/",
+		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
 }
 
 // TestPumpedDirect checks the baseline BenchmarkProxyOverhead compares the
@@ -93,8 +110,12 @@ func newPumpedDirect(t testing.TB, id string) *pumpedDirect {
 func TestPumpedDirect(t *testing.T) {
 	requireNetAdmin(t)
 	p := newPumpedDirect(t, fmt.Sprintf("t%d-pd", os.Getpid()))
-	for i := 0; i < 3; i++ {
-		resp, err := p.client.Get(p.url)
+	for i := 0; i < 4; i++ {
+		url := p.url
+		if i%2 == 1 {
+			url = p.tlsURL
+		}
+		resp, err := p.client.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
