@@ -32,7 +32,7 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 	}
 	var up net.Conn
 	var upBR *bufio.Reader
-	var upName string
+	var upName, upAddr string
 	// One writer each way for the connection's life, not one per request:
 	// a request's header goes upstream in one write, a response's header
 	// and what of its body is at hand to the guest in one write.
@@ -95,11 +95,10 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 				conn.Close()
 				return
 			}
-			up, upBR, upName, rec.Upstream = conn, bufio.NewReader(&countReader{r: conn, n: &c.in}), name, addr
+			up, upBR, upName, upAddr = conn, bufio.NewReader(&countReader{r: conn, n: &c.in}), name, addr
 			upW.Reset(&countWriter{w: conn, n: &c.out})
-		} else {
-			rec.Upstream = up.RemoteAddr().String()
 		}
+		rec.Upstream = upAddr
 		secrets, injected, err := c.inject(sb.ctx, r, name, req)
 		rec.Injected = injected
 		if err != nil {

@@ -175,3 +175,41 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatalf("audit %+v", r)
 	}
 }
+
+// TestKeptAliveHostSwitch: requests on one kept-alive guest connection
+// naming different allowed hosts each reach their own upstream (the
+// connection's upstream writer follows the switch), and a request naming
+// a denied host among them is refused without reaching anyone.
+func TestKeptAliveHostSwitch(t *testing.T) {
+	e := newEnv(t, Policy{Egress: Egress{Allow: []string{"allowed.test", "other.test"}}})
+	c, err := e.dial(context.Background(), "tcp4", e.addrA.String()+":80")
+	must(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(15 * time.Second))
+	br := bufio.NewReader(c)
+	get := func(host string) (int, string) {
+		t.Helper()
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+		resp, err := http.ReadResponse(br, nil)
+		must(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i, want := range []struct{ host, server string }{
+		{"allowed.test", "A"}, {"other.test", "B"}, {"other.test", "B"}, {"allowed.test", "A"},
+	} {
+		code, body := get(want.host)
+		if code != 200 || !strings.HasPrefix(body, "server="+want.server+" host="+want.host) {
+			t.Fatalf("request %d to %s: %d %q", i, want.host, code, body)
+		}
+	}
+	if a, b := e.hits["A"].Load(), e.hits["B"].Load(); a != 2 || b != 2 {
+		t.Fatalf("hits A=%d B=%d, want 2 and 2", a, b)
+	}
+	if code, body := get("second.test"); code != http.StatusForbidden {
+		t.Fatalf("denied host on the kept-alive connection: %d %q", code, body)
+	}
+	if a, b := e.hits["A"].Load(), e.hits["B"].Load(); a != 2 || b != 2 {
+		t.Fatalf("after the denied request hits A=%d B=%d, want 2 and 2", a, b)
+	}
+}
