@@ -6,7 +6,9 @@
 // suspend, wake from suspend and the suspend snapshot's size for 256 MiB
 // and 1 GiB guests; the time a checkpoint stops the vCPUs; and gVisor's
 // `runsc --network=none do true` as the peer when runsc is installed. It
-// prints medians over -runs runs.
+// prints medians over -runs runs. With -network sandboxes have what spaced
+// gives them (a namespace, tap and egress path each), so wakes take the
+// networked path.
 //
 //	go run ./bench/snapshots -runs 10
 package main
@@ -16,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +28,8 @@ import (
 	"github.com/space-sandbox/space/bench/internal/rig"
 	"github.com/space-sandbox/space/bench/internal/stats"
 	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/local"
@@ -38,6 +43,7 @@ func main() {
 	cold := flag.Bool("cold", true, "measure cold boot too (slow)")
 	verbose := flag.Bool("v", false, "debug logs on stderr, and a table of the phases of each create and wake")
 	flag.BoolVar(&wakePool, "wake-pool", true, "wakes take VMMs started ahead (local.Config.WakePoolSize); false to compare")
+	flag.BoolVar(&networked, "network", false, "sandboxes get a network namespace, tap and egress (deny-all), as spaced gives them")
 	only := flag.String("only", "", "comma-separated subset of measures: cold, nopool, lifecycle, pool (default all)")
 	flag.Parse()
 	if *verbose {
@@ -59,7 +65,9 @@ func main() {
 var (
 	logLevel = slog.LevelWarn
 	wakePool bool
-	measures map[string]bool
+	// networked: see the -network flag.
+	networked bool
+	measures  map[string]bool
 	// phases collects the worker's phase records of the measured creates
 	// and wakes (printed with -v).
 	phases *stats.Phases
@@ -83,6 +91,15 @@ func run(runs int, agent, dataDir, accel string) error {
 	}
 	defer r.Close()
 	cfg := r.Config
+	if networked {
+		mgr := network.New(ctx, network.Config{Logger: log, Instance: fmt.Sprintf("bench%d", os.Getpid())})
+		eg := egress.New(egress.Config{Logger: log, Forbidden: []netip.Prefix{network.GuestPrefix}})
+		defer func() {
+			_ = eg.Close(context.Background())
+			_ = mgr.Close(context.Background())
+		}()
+		cfg.Network, cfg.Egress = mgr, eg
+	}
 	b := &bench{ctx: ctx, runs: runs, root: cfg.Storage.Root()}
 	var out []stats.Series
 
@@ -175,7 +192,8 @@ func run(runs int, agent, dataDir, accel string) error {
 	if s, ok := b.runsc(); ok {
 		out = append(out, s)
 	}
-	fmt.Printf("bench/snapshots: %d runs, accel=%s, kernel %s, 1 vCPU, base template\n", runs, accel, r.Kernel.Version)
+	fmt.Printf("bench/snapshots: %d runs, accel=%s, kernel %s, 1 vCPU, base template, network=%v, wake-pool=%v\n",
+		runs, accel, r.Kernel.Version, networked, wakePool)
 	stats.Print(os.Stdout, out...)
 	if logLevel == slog.LevelDebug {
 		fmt.Printf("\nphases (worker debug records; wake: verify runs beside clone..incoming; agent link up: dial + sync, inside link_and_thaw or configure)\n")

@@ -48,10 +48,15 @@ type Config struct {
 	BootTimeout time.Duration
 	// PoolSize is how many restored, warmed VMs to keep per template
 	// snapshot in use, to take on create; 0 disables pools.
-	PoolSize     int
-	DefaultQuota store.Quota
-	LogFormat    string // text|json
-	LogLevel     string // debug|info|warn|error
+	PoolSize int
+	// WakePoolSize is how many VMMs to start ahead per shape of recent
+	// suspends, for wakes to take; 0 disables them. WakePoolMemoryMiB
+	// bounds their guest memory together.
+	WakePoolSize      int
+	WakePoolMemoryMiB int
+	DefaultQuota      store.Quota
+	LogFormat         string // text|json
+	LogLevel          string // debug|info|warn|error
 
 	// MaxConnsPerClient bounds the connections one remote IP holds open
 	// (0: no bound).

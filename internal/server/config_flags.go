@@ -72,6 +72,8 @@ func (f *configFlags) registerHost(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.FirecrackerBinary, "firecracker", "", "firecracker binary, under /usr (default: from PATH)")
 	fs.DurationVar(&cfg.BootTimeout, "boot-timeout", 2*time.Minute, "bound on boot to agent ready")
 	fs.IntVar(&cfg.PoolSize, "pool-size", local.DefaultPoolSize, "restored, warmed VMs kept per template in use, taken on create (0 disables pools)")
+	fs.IntVar(&cfg.WakePoolSize, "wake-pool-size", local.DefaultWakePoolSize, "VMMs started ahead per shape of recent suspends, taken on wake (0 disables wake slots)")
+	fs.IntVar(&cfg.WakePoolMemoryMiB, "wake-pool-memory-mib", local.DefaultWakePoolMemoryMiB, "bound on the guest memory of all wake slots together, in MiB")
 }
 
 // finish, once fs has parsed, refuses positional arguments and values the
@@ -111,6 +113,10 @@ func (cfg *Config) checkHost() error {
 	switch {
 	case cfg.PoolSize < 0:
 		return fmt.Errorf("--pool-size must be 0 or more, not %d", cfg.PoolSize)
+	case cfg.WakePoolSize < 0:
+		return fmt.Errorf("--wake-pool-size must be 0 or more, not %d", cfg.WakePoolSize)
+	case cfg.WakePoolMemoryMiB < 1:
+		return fmt.Errorf("--wake-pool-memory-mib must be 1 or more, not %d", cfg.WakePoolMemoryMiB)
 	case cfg.Accel != "auto" && cfg.Accel != "kvm" && cfg.Accel != "tcg":
 		return fmt.Errorf("--accel must be auto, kvm or tcg, not %q", cfg.Accel)
 	case cfg.VMM != "qemu" && cfg.VMM != "firecracker":

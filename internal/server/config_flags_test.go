@@ -19,7 +19,7 @@ func TestSharedFlagGroups(t *testing.T) {
 	control := []string{"--store", "postgres://u@db/space", "--worker-token-file", "t", "--admin-key-file", "a"}
 	every := []string{"--data-dir", "rel", "--feature", "x", "--feature", "y", "--log-level", "debug"}
 	api := []string{"--template-registry-allow", "reg:5000, 10.0.0.5", "--template-source-root", "src", "--quota-vcpus", "7"}
-	host := []string{"--egress-ca-file", "ca.pem", "--pool-size", "3", "--accel", "tcg"}
+	host := []string{"--egress-ca-file", "ca.pem", "--pool-size", "3", "--accel", "tcg", "--wake-pool-size", "2", "--wake-pool-memory-mib", "1024"}
 	wantEvery := func(role string, cfg Config) {
 		t.Helper()
 		if cfg.DataDir != filepath.Join(wd, "rel") || !slices.Equal(cfg.Features, []string{"x", "y"}) || cfg.LogLevel != "debug" {
@@ -37,6 +37,9 @@ func TestSharedFlagGroups(t *testing.T) {
 		t.Helper()
 		if !slices.Equal(cfg.EgressCAFiles, []string{filepath.Join(wd, "ca.pem")}) || cfg.PoolSize != 3 || cfg.Accel != "tcg" {
 			t.Errorf("%s: host flags: egress CAs %q, pool size %d, accel %q", role, cfg.EgressCAFiles, cfg.PoolSize, cfg.Accel)
+		}
+		if cfg.WakePoolSize != 2 || cfg.WakePoolMemoryMiB != 1024 {
+			t.Errorf("%s: host flags: wake pool size %d, memory %d MiB", role, cfg.WakePoolSize, cfg.WakePoolMemoryMiB)
 		}
 	}
 
@@ -72,6 +75,11 @@ func TestSharedFlagGroups(t *testing.T) {
 	} {
 		if err := parse([]string{"--accel", "hvf"}); err == nil || !strings.Contains(err.Error(), "--accel") {
 			t.Errorf("%s: --accel hvf: %v", role, err)
+		}
+		for _, bad := range [][]string{{"--wake-pool-size", "-1"}, {"--wake-pool-memory-mib", "0"}} {
+			if err := parse(bad); err == nil || !strings.Contains(err.Error(), bad[0]) {
+				t.Errorf("%s: %v: %v", role, bad, err)
+			}
 		}
 		if err := parse([]string{"stray"}); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
 			t.Errorf("%s: a positional argument: %v", role, err)

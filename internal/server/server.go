@@ -61,7 +61,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
 		Logger:      log,
 		Network:     nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
-		PoolSize: workerPoolSize(cfg.PoolSize),
+		PoolSize:     workerPoolSize(cfg.PoolSize),
+		WakePoolSize: workerPoolSize(cfg.WakePoolSize), WakePoolMemoryMiB: cfg.WakePoolMemoryMiB,
 	})
 	if err != nil {
 		return err

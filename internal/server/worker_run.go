@@ -75,6 +75,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
 		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout, Logger: log,
 		Network: netns, Egress: eg, PoolSize: workerPoolSize(cfg.PoolSize),
+		WakePoolSize: workerPoolSize(cfg.WakePoolSize), WakePoolMemoryMiB: cfg.WakePoolMemoryMiB,
 		Snapshots: snapshots, SandboxSecrets: sandboxSecrets,
 	})
 	if err != nil {

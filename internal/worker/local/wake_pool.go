@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/vmm"
 )
 
@@ -40,10 +41,22 @@ import (
 // wakeShapes shapes suspended or woken here, within WakePoolMemoryMiB of
 // guest memory (default 4096). An idle slot costs QEMU's own memory (its
 // files are sparse and untouched); the budget bounds what slots could
-// touch once taken. A slot that dies while idle is discarded. Workers with
-// networking do not use slots yet: a slot's tap would have to become the
-// tap of the sandbox's own namespace, whose listeners and connections a
-// wake keeps.
+// touch once taken. A slot that dies while idle is discarded.
+//
+// With networking a slot's NIC is on the tap of a namespace of its own,
+// acquired under a placeholder id (wvm-<slot>) and built like every
+// sandbox's (deny-all rules, no listeners: the guest does not run there
+// anyway). A wake keeps the sandbox's own namespace, its egress listeners
+// and the connections they hold (the guest's TCP state is in the
+// snapshot), so the take moves the slot's tap into it instead
+// (network.Manager.MoveTap, wake_net.go): renamed tap0 there, replacing
+// the sandbox's idle one, with the gateway's MAC and address; the rules
+// match the tap by name, so the sandbox's policy is in force before the
+// vCPUs run. Guest MAC and addresses are the same in every sandbox
+// (network.GuestMAC, GuestAddr), so the NIC the slot was started with is
+// the one the snapshot's guest expects. The placeholder namespace is then
+// released; its kernel object lives on, nameless and unreachable, until
+// the VMM closes the tap (the tap's socket holds it).
 
 const (
 	// DefaultWakePoolSize is Config.WakePoolSize when zero.
@@ -69,6 +82,9 @@ type wakeSlot struct {
 	dir   string
 	vm    vmm.VM
 	shape wakeShape
+	// netns is the namespace the slot's tap was made in (nil without
+	// networking); a take moves the tap out and releases it.
+	netns *network.Sandbox
 }
 
 // wakePool is the worker's wake slots.
@@ -97,7 +113,7 @@ func (w *Worker) wakePoolRoot() string { return filepath.Join(w.cfg.Storage.Root
 func (w *Worker) startWakePool(ctx context.Context) {
 	w.reapDirVMs(ctx, w.wakePoolRoot())
 	_, ok := w.cfg.Driver.(vmm.IncomingStarter)
-	if !ok || !w.canSnapshot() || w.cfg.WakePoolSize < 0 || w.networking() {
+	if !ok || !w.canSnapshot() || w.cfg.WakePoolSize < 0 {
 		return
 	}
 	p := &wakePool{
@@ -305,6 +321,7 @@ func (p *wakePool) discard(sl *wakeSlot) {
 	if err := sl.vm.Stop(ctx); err != nil {
 		p.w.log.Warn("stop pre-started vm", "err", err)
 	}
+	p.w.releaseSlotNet(ctx, sl)
 	_ = os.RemoveAll(sl.dir)
 }
 
@@ -328,10 +345,20 @@ func (w *Worker) makeWakeSlot(ctx context.Context, s wakeShape) (_ *wakeSlot, er
 	if err := createSparse(filepath.Join(dir, diskFile), s.DiskBytes); err != nil {
 		return nil, err
 	}
+	sl := &wakeSlot{dir: dir, shape: s}
+	nic, err := w.slotNet(ctx, sl)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			w.releaseSlotNet(context.WithoutCancel(ctx), sl)
+		}
+	}()
 	vm, err := w.cfg.Driver.(vmm.IncomingStarter).StartIncoming(ctx, vmm.BootSpec{
 		ID: "wake-" + filepath.Base(dir), StateDir: filepath.Join(dir, vmDir),
 		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: filepath.Join(dir, diskFile)}},
-		VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, MemoryFile: filepath.Join(dir, memFile),
+		VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, MemoryFile: filepath.Join(dir, memFile), Network: nic,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start pre-started vm: %w", err)
@@ -340,7 +367,8 @@ func (w *Worker) makeWakeSlot(ctx context.Context, s wakeShape) (_ *wakeSlot, er
 		_ = vm.Stop(ctx)
 		return nil, fmt.Errorf("pre-started vm cannot be restored")
 	}
-	return &wakeSlot{dir: dir, vm: vm, shape: s}, nil
+	sl.vm = vm
+	return sl, nil
 }
 
 func createSparse(path string, size int64) error {

@@ -15,7 +15,8 @@ import (
 // takeWakeSlot gives sb a pre-started VMM (wake_pool.go) for snapshot snap
 // of manifest m: the snapshot's memory file and disk reflinked onto the
 // slot's files, files and state dir renamed into sb's dir, the VMM told
-// (Relocate). The VMM still waits for its device state (Incoming). It
+// (Relocate), and with networking the slot's tap made the tap of sb's
+// namespace (wake_net.go). The VMM still waits for its device state (Incoming). It
 // returns nil when no slot of m's shape is ready or the slot could not be
 // made sb's; then sb's files are as before (none) and the caller restores
 // on a VMM of its own.
@@ -60,7 +61,12 @@ func (w *Worker) placeOnSlot(ctx context.Context, sb *sandbox, snap string, m ma
 	_ = os.Remove(sl.dir)
 	// From here sl's VM is recorded under sb's dir: stopping it removes
 	// the record too.
-	return sl.vm.(vmm.IncomingVM).Relocate(w.bootSpec(sb, m.VCPUs, m.MemoryMiB))
+	if err := sl.vm.(vmm.IncomingVM).Relocate(w.bootSpec(sb, m.VCPUs, m.MemoryMiB)); err != nil {
+		return err
+	}
+	// Last, so that a failure before leaves sb's namespace untouched; no
+	// vCPU has run, and none runs before the tap is sb's (wake_net.go).
+	return w.moveSlotNet(ctx, sb, sl)
 }
 
 // cloneOnto replaces the content of the existing file dst (same size as
