@@ -17,11 +17,17 @@
 // anonymous pages, and a sandbox's guest RAM is a shared file mapping (the
 // memory file its snapshots reflink), so the figure shows what it gains.
 //
+// With -smaps it prints, at the end, one idle VMM's memory by mapping
+// class (guest RAM, the TCG translation cache, QEMU's heap and other
+// anonymous regions, the binary and libraries): what is TCG's and what a
+// KVM host pays as well.
+//
 // Bounded: -max-time for the whole run, -create-timeout per create; every
 // sandbox it made is deleted and the server stopped, on any exit.
 //
 //	go run ./bench/density -count 25
 //	go run ./bench/density -count 100 -ksm
+//	go run ./bench/density -count 20 -smaps
 package main
 
 import (
@@ -43,7 +49,7 @@ type config struct {
 	spaced        string
 	count, step   int
 	memFraction   float64
-	ksm           bool
+	ksm, smaps    bool
 	samples       int
 	createTimeout time.Duration
 	maxTime       time.Duration
@@ -59,6 +65,7 @@ func main() {
 	flag.IntVar(&cfg.step, "step", 25, "report every this many sandboxes")
 	flag.Float64Var(&cfg.memFraction, "mem-fraction", 0.6, "stop when the sandboxes took this fraction of the MemAvailable at the start")
 	flag.BoolVar(&cfg.ksm, "ksm", false, "turn KSM on for the run and report what it merged")
+	flag.BoolVar(&cfg.smaps, "smaps", false, "at the end, print one idle VMM's memory by mapping class (QEMU heap, TCG cache, guest RAM, ...)")
 	flag.IntVar(&cfg.samples, "samples", 20, "GETs and exec round trips at each report")
 	flag.DurationVar(&cfg.createTimeout, "create-timeout", 5*time.Minute, "bound on one create")
 	flag.DurationVar(&cfg.maxTime, "max-time", 30*time.Minute, "bound on the whole run")
@@ -147,6 +154,13 @@ func run(cfg config) error {
 		if r, err := measure(context.WithoutCancel(ctx), c, data, held, avail0, cfg.samples); err == nil {
 			reports = append(reports, r)
 			r.print(os.Stdout)
+		}
+	}
+	if cfg.smaps && len(held) > 0 {
+		if pid, err := vmmPID(data, held[0]); err == nil {
+			if err := printSmaps(os.Stdout, pid); err != nil {
+				fmt.Fprintln(os.Stderr, "bench/density: smaps:", err)
+			}
 		}
 	}
 	fmt.Printf("held %d sandboxes (%s)\n", len(held), why)
