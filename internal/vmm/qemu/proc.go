@@ -21,7 +21,7 @@ const (
 	fileVMMLog     = "qemu.log"
 )
 
-var ownedFiles = []string{fileState, fileQMP, fileAgent, fileConsole, fileConsoleOld, fileVMMLog}
+var ownedFiles = []string{fileState, fileQMP, fileAgent, fileConsole, fileConsoleOld, fileVMMLog, fileRestoreKernel}
 
 // record is what Start writes to StateDir so a later worker process can find
 // and adopt the VMM.

@@ -146,13 +146,21 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		return nil, err
 	}
 	defer h.close() // QEMU has its own copies once started
-	args := d.args(spec, accel, incoming, h)
+	// run is what the VMM is started with; spec is what it is recorded as.
+	run := spec
+	if incoming {
+		if run, err = writeRestoreKernel(spec); err != nil {
+			removeOwned(spec.StateDir)
+			return nil, err
+		}
+	}
+	args := d.args(run, accel, incoming, h)
 	logf, err := os.OpenFile(filepath.Join(spec.StateDir, fileVMMLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		removeOwned(spec.StateDir)
 		return nil, fmt.Errorf("qemu: %w: %v", errdefs.ErrInternal, err)
 	}
-	js, err := d.jailSpec(spec, accel, args, h, logf)
+	js, err := d.jailSpec(run, accel, args, h, logf)
 	if err != nil {
 		logf.Close()
 		removeOwned(spec.StateDir)
@@ -269,6 +277,7 @@ func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool, h *handout
 		"-device", "virtserialport,chardev=agent,name="+agentproto.PortName,
 		"-device", "virtio-rng-device",
 	)
+	a = append(a, balloonArgs...)
 	a = append(a, netArgs(spec, h.tap)...)
 	if incoming {
 		// -S keeps the restored VM paused until the caller resumes it.
