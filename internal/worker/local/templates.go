@@ -66,10 +66,11 @@ func (r *readySnapshots) lock(key string) func() {
 
 // templateKey names the ready snapshot of one template build at one VM
 // size, booted with this worker's kernel and initramfs: any of these
-// changing makes a different snapshot.
+// changing makes a different snapshot. The version names the drivers'
+// device sets: v2, QEMU's gained a free-page-reporting balloon.
 func (w *Worker) templateKey(tpl template.Metadata, vcpus, memMiB int, diskBytes int64) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "v1\n%s\n%d\n%d\n%d\n%s\n", tpl.Digest, vcpus, memMiB, diskBytes, w.cfg.Driver.Name())
+	fmt.Fprintf(h, "v2\n%s\n%d\n%d\n%d\n%s\n", tpl.Digest, vcpus, memMiB, diskBytes, w.cfg.Driver.Name())
 	if w.networking() { // the NIC is part of the snapshot's device set
 		fmt.Fprintf(h, "nic %s\n", network.GuestMAC)
 	}
