@@ -166,7 +166,7 @@ func (a *Agent) Configure(c agentproto.Configure) error {
 	for k, v := range c.Env {
 		a.env[k] = v
 	}
-	a.log.Info("configured", "sandbox", c.SandboxID)
+	a.log.Debug("configured", "sandbox", c.SandboxID) // on every wake: serve.go
 	return nil
 }
 

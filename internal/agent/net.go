@@ -73,7 +73,7 @@ func (a *Agent) configureNetwork(gn agentproto.GuestNetwork) error {
 			return fmt.Errorf("write %s: %w", resolvConf, errors.Join(errdefs.ErrInternal, err))
 		}
 	}
-	a.log.Info("network configured", "link", nic.Attrs().Name, "address", gn.Address, "gateway", gn.Gateway)
+	a.log.Debug("network configured", "link", nic.Attrs().Name, "address", gn.Address, "gateway", gn.Gateway)
 	return nil
 }
 
