@@ -52,6 +52,13 @@ type BootSpec struct {
 	// It is part of the device set: a restore needs it when the snapshot's
 	// VM had it.
 	Network *Network `json:",omitempty"`
+
+	// FreePageReporting, when set, gives the VM a virtio balloon that is
+	// never inflated, through which the guest reports the memory it frees
+	// so the host takes it back (drivers without it ignore the field). It
+	// is part of the device set: a restore needs it exactly when the
+	// snapshot's VM had it.
+	FreePageReporting bool `json:",omitempty"`
 }
 
 // Network is the VM's NIC.

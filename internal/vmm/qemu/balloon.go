@@ -11,6 +11,8 @@ package qemu
 // zeroes from a reported page only after it allocated it again, which it
 // does not expect to hold anything.
 //
-// The device is part of the snapshot's device set: it is always present,
-// at the same place in the device order, on boot and restore alike.
+// The device is part of the snapshot's device set
+// (vmm.BootSpec.FreePageReporting): a VM restored from a snapshot has it
+// exactly when the snapshot's VM had it, at the same place in the device
+// order; the worker records which in each snapshot's manifest.
 var balloonArgs = []string{"-device", "virtio-balloon-device,free-page-reporting=on"}

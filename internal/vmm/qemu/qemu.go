@@ -277,7 +277,9 @@ func (d *Driver) args(spec vmm.BootSpec, accel string, incoming bool, h *handout
 		"-device", "virtserialport,chardev=agent,name="+agentproto.PortName,
 		"-device", "virtio-rng-device",
 	)
-	a = append(a, balloonArgs...)
+	if spec.FreePageReporting {
+		a = append(a, balloonArgs...)
+	}
 	a = append(a, netArgs(spec, h.tap)...)
 	if incoming {
 		// -S keeps the restored VM paused until the caller resumes it.

@@ -68,6 +68,7 @@ func (w *Worker) adopt(ctx context.Context, sb *sandbox) error {
 		_ = os.RemoveAll(sb.path(suspendDir))
 	}
 	step, inStep := sb.readTransient()
+	sb.devices = sb.recordedDeviceSet()
 	vm, err := w.cfg.Driver.Recover(ctx, sb.path(vmDir))
 	switch {
 	case err == nil && sealed:

@@ -98,7 +98,7 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	meta.Spec.FromCheckpoint = ""
 	err = writeJSON(filepath.Join(tmp, checkpointMetaFile), meta)
 	if err == nil {
-		err = sealSnapshot(ctx, tmp, manifest{CreatedAt: meta.CreatedAt, VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB})
+		err = sealSnapshot(ctx, tmp, manifest{CreatedAt: meta.CreatedAt, VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DeviceSet: sb.devices})
 	}
 	if err == nil {
 		err = os.Rename(tmp, dir)

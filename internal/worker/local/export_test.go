@@ -1,6 +1,10 @@
 package local
 
-import "github.com/space-sandbox/space/internal/vmm"
+import (
+	"path/filepath"
+
+	"github.com/space-sandbox/space/internal/vmm"
+)
 
 // Crash lets go of everything the way a crashed process would: sandbox VMs
 // and pooled VMs keep running, for the next worker to adopt or reap.
@@ -42,4 +46,17 @@ func (w *Worker) Crash() {
 			sb.release()
 		}
 	})
+}
+
+// BootOriginalDevices makes cold boots get the device set workers had
+// before the balloon (as an older worker's did) until the returned func
+// is called.
+func BootOriginalDevices() (restore func()) {
+	bootDeviceSet = deviceSetOriginal
+	return func() { bootDeviceSet = currentDeviceSet }
+}
+
+// SuspendManifest is the path of sandbox id's suspend snapshot manifest.
+func (w *Worker) SuspendManifest(id string) string {
+	return filepath.Join(w.dir(id), suspendDir, manifestFile)
 }

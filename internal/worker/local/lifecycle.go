@@ -206,7 +206,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 		return worker.SandboxStatus{}, err
 	}
 	faultinject.Point("suspend.saved")
-	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB}
+	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DeviceSet: sb.devices}
 	err = sealSnapshot(ctx, tmp, m)
 	if err == nil {
 		// With an object store the suspend counts once the snapshot is

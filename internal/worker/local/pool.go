@@ -311,6 +311,10 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 			_ = os.RemoveAll(dir)
 		}
 	}()
+	set, err := t.m.deviceSet()
+	if err != nil {
+		return nil, err
+	}
 	if err := w.cfg.Storage.EnsureFree(ctx, snapshotMargin); err != nil {
 		return nil, err
 	}
@@ -332,6 +336,7 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 		ID: "pool-" + filepath.Base(dir), StateDir: filepath.Join(dir, vmDir),
 		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: filepath.Join(dir, diskFile)}},
 		VCPUs: t.m.VCPUs, MemoryMiB: t.m.MemoryMiB, MemoryFile: filepath.Join(dir, memFile), Network: nic,
+		FreePageReporting: freePageReporting(set),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start pool vm: %w", err)
@@ -454,7 +459,11 @@ func (w *Worker) adoptPoolEntry(sb *sandbox, e *poolEntry, m manifest) error {
 	_ = os.Remove(e.dir)
 	// From here e's VM is recorded under sb's dir; a caller that discards e
 	// stops it, which removes the record too.
-	return e.vm.(vmm.IncomingVM).Relocate(w.bootSpec(sb, m.VCPUs, m.MemoryMiB))
+	spec, err := w.restoreSpec(sb, m)
+	if err != nil {
+		return err
+	}
+	return e.vm.(vmm.IncomingVM).Relocate(spec)
 }
 
 // PoolStats counts the pooled VMs: Ready to be taken now, Made and Taken

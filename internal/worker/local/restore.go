@@ -88,7 +88,10 @@ func (w *Worker) restoreWith(ctx context.Context, sb *sandbox, snap string, m ma
 		vm, err = slot, slot.(vmm.IncomingVM).Incoming(ctx, snap) // stops slot on error
 		ph.mark("incoming")
 	} else {
-		vm, err = w.startRestored(ctx, r, w.bootSpec(sb, m.VCPUs, m.MemoryMiB), snap, ph)
+		var spec vmm.BootSpec
+		if spec, err = w.restoreSpec(sb, m); err == nil {
+			vm, err = w.startRestored(ctx, r, spec, snap, ph)
+		}
 	}
 	if err != nil {
 		if verr := verdict(); verr != nil {

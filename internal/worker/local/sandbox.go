@@ -57,6 +57,7 @@ type sandbox struct {
 	deleting  bool
 	lost      string           // why a sandbox without a VM is gone (public wording)
 	netns     *network.Sandbox // its network namespace (network.go); nil without networking
+	devices   int              // the device set of its VM (devices.go); under op
 }
 
 func newSandbox(spec worker.SandboxSpec, dir string, log *slog.Logger) *sandbox {
@@ -171,7 +172,22 @@ func (w *Worker) bootSpec(sb *sandbox, vcpus, memMiB int) vmm.BootSpec {
 		MemoryMiB:  memMiB,
 		MemoryFile: sb.path(memFile),
 		Network:    w.nic(sb),
+
+		FreePageReporting: freePageReporting(sb.devices),
 	}
+}
+
+// restoreSpec is the boot spec of sb's VM restored from a snapshot with
+// manifest m: its size and device set (devices.go).
+func (w *Worker) restoreSpec(sb *sandbox, m manifest) (vmm.BootSpec, error) {
+	set, err := m.deviceSet()
+	if err != nil {
+		return vmm.BootSpec{}, err
+	}
+	if err := sb.useDeviceSet(set); err != nil {
+		return vmm.BootSpec{}, err
+	}
+	return w.bootSpec(sb, m.VCPUs, m.MemoryMiB), nil
 }
 
 // CreateSandbox makes the sandbox's files and VM: a branch of a checkpoint
@@ -284,6 +300,9 @@ func (w *Worker) coldBoot(ctx context.Context, sb *sandbox) error {
 		return fmt.Errorf("clone template disk: %w", err)
 	}
 	if err := createMemFile(sb.path(memFile), spec.MemoryMiB); err != nil {
+		return err
+	}
+	if err := sb.useDeviceSet(bootDeviceSet); err != nil {
 		return err
 	}
 	vm, err := w.cfg.Driver.Start(ctx, w.bootSpec(sb, spec.VCPUs, spec.MemoryMiB))

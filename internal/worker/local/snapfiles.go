@@ -37,8 +37,11 @@ type manifest struct {
 	MemoryMiB int       `json:"memory_mib"`
 	// Template is the build ("name@sha256:…") a template's ready snapshot
 	// was made of; empty for other snapshots.
-	Template string               `json:"template,omitempty"`
-	Files    map[string]fileCheck `json:"files"`
+	Template string `json:"template,omitempty"`
+	// DeviceSet is the device set of the snapshot's VM (devices.go); 0 in
+	// manifests written before it was recorded.
+	DeviceSet int                  `json:"device_set,omitempty"`
+	Files     map[string]fileCheck `json:"files"`
 }
 
 type fileCheck struct {

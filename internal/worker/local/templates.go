@@ -211,6 +211,7 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 		ID: "tpl-" + filepath.Base(dir)[:12], StateDir: vmState,
 		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: disk}},
 		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MemoryFile: mem, Network: nic,
+		FreePageReporting: freePageReporting(bootDeviceSet),
 	})
 	if err != nil {
 		return m, fmt.Errorf("start template vm: %w", err)
@@ -243,7 +244,7 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 	if err := vm.Stop(ctx); err != nil {
 		return m, fmt.Errorf("stop template vm: %w", err)
 	}
-	m = manifest{CreatedAt: time.Now().UTC(), VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, Template: tpl.Ref()}
+	m = manifest{CreatedAt: time.Now().UTC(), VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, Template: tpl.Ref(), DeviceSet: bootDeviceSet}
 	if err := sealSnapshot(ctx, staging, m); err != nil {
 		return m, err
 	}

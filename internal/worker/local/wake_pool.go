@@ -76,6 +76,7 @@ const (
 type wakeShape struct {
 	VCPUs, MemoryMiB int
 	DiskBytes        int64
+	DeviceSet        int // devices.go
 }
 
 type wakeSlot struct {
@@ -151,7 +152,7 @@ func shapeOf(sb *sandbox) (wakeShape, bool) {
 	if err != nil {
 		return wakeShape{}, false
 	}
-	return wakeShape{VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DiskBytes: st.Size()}, true
+	return wakeShape{VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DiskBytes: st.Size(), DeviceSet: sb.devices}, true
 }
 
 // want makes s the most recent shape and has the filler start what is
@@ -359,6 +360,7 @@ func (w *Worker) makeWakeSlot(ctx context.Context, s wakeShape) (_ *wakeSlot, er
 		ID: "wake-" + filepath.Base(dir), StateDir: filepath.Join(dir, vmDir),
 		Kernel: w.cfg.Kernel, Initrd: w.cfg.Initrd, Disks: []vmm.Disk{{Path: filepath.Join(dir, diskFile)}},
 		VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, MemoryFile: filepath.Join(dir, memFile), Network: nic,
+		FreePageReporting: freePageReporting(s.DeviceSet),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start pre-started vm: %w", err)

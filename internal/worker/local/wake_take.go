@@ -21,10 +21,11 @@ import (
 // made sb's; then sb's files are as before (none) and the caller restores
 // on a VMM of its own.
 func (w *Worker) takeWakeSlot(ctx context.Context, sb *sandbox, snap string, m manifest) vmm.VM {
-	if w.wakes == nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
+	set, err := m.deviceSet()
+	if w.wakes == nil || err != nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
 		return nil
 	}
-	sl := w.wakes.take(wakeShape{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB, DiskBytes: m.Files[diskFile].Size})
+	sl := w.wakes.take(wakeShape{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB, DiskBytes: m.Files[diskFile].Size, DeviceSet: set})
 	if sl == nil {
 		return nil
 	}
@@ -61,7 +62,11 @@ func (w *Worker) placeOnSlot(ctx context.Context, sb *sandbox, snap string, m ma
 	_ = os.Remove(sl.dir)
 	// From here sl's VM is recorded under sb's dir: stopping it removes
 	// the record too.
-	if err := sl.vm.(vmm.IncomingVM).Relocate(w.bootSpec(sb, m.VCPUs, m.MemoryMiB)); err != nil {
+	spec, err := w.restoreSpec(sb, m)
+	if err != nil {
+		return err
+	}
+	if err := sl.vm.(vmm.IncomingVM).Relocate(spec); err != nil {
 		return err
 	}
 	// Last, so that a failure before leaves sb's namespace untouched; no
