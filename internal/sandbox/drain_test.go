@@ -84,18 +84,6 @@ func (d *domain) operationsOf(id string, typ store.OperationType) []*store.Opera
 	return ops
 }
 
-// waitEnded waits, bounded, for op to end and returns it ended.
-func (d *domain) waitEnded(op *store.Operation) *store.Operation {
-	d.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done, err := d.ops.Wait(ctx, d.tenant, op.ID, 30*time.Second)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return done
-}
-
 // A drain notice for a running sandbox records one suspend operation (a
 // second notice, as from another replica, records nothing more); it ends
 // the sandbox suspended, and with the wake policy a wake operation then

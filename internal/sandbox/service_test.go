@@ -85,16 +85,24 @@ func (d *domain) create() *store.Sandbox {
 	return d.get(sb.ID)
 }
 
+// wait waits, bounded, for op to succeed.
 func (d *domain) wait(op *store.Operation) *store.Operation {
+	d.t.Helper()
+	done := d.waitEnded(op)
+	if done.State != store.OpSucceeded {
+		d.t.Fatalf("%s operation ended %s: %+v", done.Type, done.State, done.Error)
+	}
+	return done
+}
+
+// waitEnded waits, bounded, for op to end, however it ends.
+func (d *domain) waitEnded(op *store.Operation) *store.Operation {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done, err := d.ops.Wait(ctx, d.tenant, op.ID, 30*time.Second)
 	if err != nil {
 		d.t.Fatal(err)
-	}
-	if done.State != store.OpSucceeded {
-		d.t.Fatalf("%s operation ended %s: %+v", done.Type, done.State, done.Error)
 	}
 	return done
 }
