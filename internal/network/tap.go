@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -55,6 +56,17 @@ func createTap(name string) error {
 func (s *Sandbox) OpenTap(opts TapOptions) (*os.File, error) {
 	var f *os.File
 	err := InNamespace(s.Path(), func() error {
+		// A wake slot's take that a crash cut short (tapmove.go) must not
+		// leave this VMM a new, unconfigured tap.
+		nl, err := netlink.NewHandle()
+		if err != nil {
+			return fmt.Errorf("netlink in netns: %w", errors.Join(errdefs.ErrInternal, err))
+		}
+		err = undoInterruptedMove(nl)
+		nl.Close()
+		if err != nil {
+			return err
+		}
 		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			return fmt.Errorf("open /dev/net/tun: %w", errors.Join(errdefs.ErrUnavailable, err))

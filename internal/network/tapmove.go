@@ -51,11 +51,8 @@ func (m *Manager) MoveTap(ctx context.Context, from, to *Sandbox) (err error) {
 	}
 	defer dst.Close()
 
-	// Leftovers of a move a crash interrupted are no one's.
-	for _, n := range []string{tapIncoming, tapOutgoing} {
-		if l, err := dst.LinkByName(n); err == nil {
-			_ = dst.LinkDel(l)
-		}
+	if err := undoInterruptedMove(dst); err != nil {
+		return err
 	}
 	tap, err := src.LinkByName(TapName)
 	if err == nil {
@@ -114,6 +111,31 @@ func (m *Manager) MoveTap(ctx context.Context, from, to *Sandbox) (err error) {
 		}
 	}
 	return nil
+}
+
+// undoInterruptedMove puts a namespace's tap back as it was before a
+// MoveTap that a crash cut short: the tap set aside (tapOutgoing) is the
+// namespace's own again, and a tap beside it under its name or the
+// incoming one is the moved one, whose VMM did not outlive the interrupted
+// wake (the snapshot is still the sandbox: worker/local's adopt stops it),
+// so it goes. Without a tap set aside there is nothing to undo but an
+// incoming one left over. nl works in the namespace.
+func undoInterruptedMove(nl *netlink.Handle) error {
+	if l, err := nl.LinkByName(tapIncoming); err == nil {
+		if err := nl.LinkDel(l); err != nil {
+			return fmt.Errorf("remove interrupted move's tap: %w", errors.Join(errdefs.ErrInternal, err))
+		}
+	}
+	old, err := nl.LinkByName(tapOutgoing)
+	if err != nil {
+		return nil
+	}
+	if moved, err := nl.LinkByName(TapName); err == nil {
+		if err := nl.LinkDel(moved); err != nil {
+			return fmt.Errorf("remove interrupted move's tap: %w", errors.Join(errdefs.ErrInternal, err))
+		}
+	}
+	return reinstate(nl, old)
 }
 
 // reinstate gives the tap old its name back and brings it up (its

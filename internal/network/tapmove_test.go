@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 )
 
 // TestMoveTap: the tap a VMM holds in one namespace becomes the tap of
@@ -82,4 +84,59 @@ func TestMoveTap(t *testing.T) {
 		t.Fatal("move from a namespace without a tap succeeded")
 	}
 	check("after a failed move", tap.Attrs().Index, true)
+}
+
+// TestOpenTapUndoesInterruptedMove: a MoveTap cut short by a crash at
+// either of its steps (the namespace's tap set aside as tapout0, the moved
+// one already tap0 or still tapin0) is undone by the next OpenTap of the
+// namespace, as a wake on a VMM of its own does: the namespace's own tap is
+// tap0 again, configured, and the moved one is gone.
+func TestOpenTapUndoesInterruptedMove(t *testing.T) {
+	requireNetAdmin(t)
+	m := testManager(t, -1)
+	for _, movedAs := range []string{TapName, tapIncoming} {
+		t.Run("moved tap left as "+movedAs, func(t *testing.T) {
+			sb := acquire(t, m, "tnet-undo-"+movedAs[:4])
+			nl := netlinkAt(t, sb.Path())
+			own, err := nl.LinkByName(TapName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The state a crash leaves: the own tap down and set aside, a
+			// second tap (standing in for the moved one) under movedAs.
+			if err := nl.LinkSetDown(own); err != nil {
+				t.Fatal(err)
+			}
+			if err := nl.LinkSetName(own, tapOutgoing); err != nil {
+				t.Fatal(err)
+			}
+			moved := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: movedAs}, Mode: netlink.TUNTAP_MODE_TAP, Flags: netlink.TUNTAP_NO_PI}
+			if err := nl.LinkAdd(moved); err != nil {
+				t.Fatal(err)
+			}
+			f, err := sb.OpenTap(TapOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			tap, err := nl.LinkByName(TapName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tap.Attrs().Index != own.Attrs().Index {
+				t.Fatalf("tap0 is link %d, want the namespace's own %d", tap.Attrs().Index, own.Attrs().Index)
+			}
+			if tap.Attrs().Flags&net.FlagUp == 0 || tap.Attrs().HardwareAddr.String() != GatewayMAC.String() {
+				t.Fatalf("reinstated tap: flags %v, MAC %s", tap.Attrs().Flags, tap.Attrs().HardwareAddr)
+			}
+			if addrs, err := nl.AddrList(tap, 2); err != nil || len(addrs) != 1 || addrs[0].IP.String() != GatewayAddr.String() {
+				t.Fatalf("reinstated tap addresses %v (%v)", addrs, err)
+			}
+			for _, n := range []string{tapIncoming, tapOutgoing} {
+				if _, err := nl.LinkByName(n); err == nil {
+					t.Errorf("%s is still there", n)
+				}
+			}
+		})
+	}
 }
