@@ -66,24 +66,22 @@ func startPoolUpstream(t *testing.T) {
 	}
 }
 
-// TestPoolNetwork: with networking on, a pooled VM waits on a namespace of
-// its own; the create that takes it gets that namespace under its name,
-// reaches what its policy allows and nothing else; the refill and Close
-// leave no namespace, VMM, mount or file behind.
-func TestPoolNetwork(t *testing.T) {
-	e := newEnv(t)
-	poolRoot := filepath.Join(e.cfg.Storage.Root(), "pool")
-	t.Cleanup(func() { testenv.CheckNoLeaks(t, poolRoot) })
+// withNetwork gives e's worker networking and egress (the pool upstream's
+// names resolved, the guest prefix forbidden) under an instance named
+// after name, and returns its network manager and a lister of the
+// instance's namespaces by kind; cleanup closes both and reports any
+// namespace left.
+func (e *env) withNetwork(name string) (mgr *network.Manager, namespaces func(kind string) []string) {
+	t := e.t
 	startPoolUpstream(t)
-	ctx := context.Background()
-	instance := fmt.Sprintf("tpool%d", os.Getpid())
-	mgr := network.New(ctx, network.Config{Instance: instance, PoolSize: 1})
+	instance := fmt.Sprintf("%s%d", name, os.Getpid())
+	mgr = network.New(context.Background(), network.Config{Instance: instance, PoolSize: 1})
 	eg := egress.New(egress.Config{
 		Resolver:  mapResolver{poolAllowedHost: poolUpAllowed, poolOtherHost: poolUpOther},
 		Forbidden: []netip.Prefix{network.GuestPrefix},
 	})
 	prefix := network.NamePrefix + instance + "-"
-	namespaces := func(kind string) []string {
+	namespaces = func(kind string) []string {
 		names, err := network.ListNamespaces(prefix + kind)
 		if err != nil {
 			t.Fatal(err)
@@ -97,7 +95,21 @@ func TestPoolNetwork(t *testing.T) {
 			t.Errorf("namespaces left: %v", left)
 		}
 	})
-	e.cfg.Network, e.cfg.Egress, e.cfg.PoolSize = mgr, eg, 1
+	e.cfg.Network, e.cfg.Egress = mgr, eg
+	return mgr, namespaces
+}
+
+// TestPoolNetwork: with networking on, a pooled VM waits on a namespace of
+// its own; the create that takes it gets that namespace under its name,
+// reaches what its policy allows and nothing else; the refill and Close
+// leave no namespace, VMM, mount or file behind.
+func TestPoolNetwork(t *testing.T) {
+	e := newEnv(t)
+	poolRoot := filepath.Join(e.cfg.Storage.Root(), "pool")
+	t.Cleanup(func() { testenv.CheckNoLeaks(t, poolRoot) })
+	ctx := context.Background()
+	mgr, namespaces := e.withNetwork("tpool")
+	e.cfg.PoolSize = 1
 	w := e.open()
 	t.Cleanup(func() { cleanupAll(t, w) })
 

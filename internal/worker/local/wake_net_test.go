@@ -3,8 +3,6 @@ package local_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/testenv"
 	"github.com/space-sandbox/space/internal/worker"
@@ -32,30 +29,9 @@ func TestWakeSlotsNetwork(t *testing.T) {
 	e := newEnv(t)
 	slotRoot := filepath.Join(e.cfg.Storage.Root(), "wakepool")
 	t.Cleanup(func() { testenv.CheckNoLeaks(t, slotRoot) })
-	startPoolUpstream(t)
 	ctx := context.Background()
-	instance := fmt.Sprintf("twake%d", os.Getpid())
-	mgr := network.New(ctx, network.Config{Instance: instance, PoolSize: 1})
-	eg := egress.New(egress.Config{
-		Resolver:  mapResolver{poolAllowedHost: poolUpAllowed, poolOtherHost: poolUpOther},
-		Forbidden: []netip.Prefix{network.GuestPrefix},
-	})
-	prefix := network.NamePrefix + instance + "-"
-	namespaces := func(kind string) []string {
-		names, err := network.ListNamespaces(prefix + kind)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return names
-	}
-	t.Cleanup(func() {
-		_ = eg.Close(context.Background())
-		_ = mgr.Close(context.Background())
-		if left := namespaces(""); len(left) != 0 {
-			t.Errorf("namespaces left: %v", left)
-		}
-	})
-	e.cfg.Network, e.cfg.Egress, e.cfg.PoolSize = mgr, eg, -1
+	mgr, namespaces := e.withNetwork("twake")
+	e.cfg.PoolSize = -1
 	w := e.open()
 	t.Cleanup(func() { cleanupAll(t, w) })
 
