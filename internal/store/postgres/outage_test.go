@@ -71,20 +71,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var got *store.Tenant
-	deadline := time.Now().Add(time.Minute)
-	for got, err = s.GetTenant(ctx, tenant.ID); err != nil; got, err = s.GetTenant(ctx, tenant.ID) {
-		if time.Now().After(deadline) || !errors.Is(err, errdefs.ErrUnavailable) {
-			t.Fatalf("after the restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got.Name != "kept" {
-		t.Fatalf("after the restart the tenant reads %+v", got)
-	}
-	if err := s.CreateTenant(ctx, &store.Tenant{Name: "after"}); err != nil {
-		t.Fatalf("a write after the restart: %v", err)
-	}
+	servesAgain(ctx, t, s, tenant, "the restart")
 }
 
 // TestServerFrozen: a server that stops answering without closing its
@@ -137,24 +124,32 @@ func TestServerFrozen(t *testing.T) {
 	if err := srv.Thaw(); err != nil {
 		t.Fatal(err)
 	}
+	servesAgain(ctx, t, s, tenant, "the thaw")
+	if list, err := s.ListTenants(ctx); err != nil || len(list) != 2 {
+		t.Fatalf("tenants after the thaw: %d, %v; want kept and after (nothing written while frozen)", len(list), err)
+	}
+}
+
+// servesAgain waits, bounded, until s reads tenant (named "kept") again
+// after when, each failure meanwhile unavailable, and then writes a tenant
+// "after".
+func servesAgain(ctx context.Context, t *testing.T, s *postgres.Store, tenant *store.Tenant, when string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		got, err := s.GetTenant(ctx, tenant.ID)
 		if err == nil {
 			if got.Name != "kept" {
-				t.Fatalf("after the thaw the tenant reads %+v", got)
+				t.Fatalf("after %s the tenant reads %+v", when, got)
 			}
 			break
 		}
 		if time.Now().After(deadline) || !errors.Is(err, errdefs.ErrUnavailable) {
-			t.Fatalf("after the thaw: %v", err)
+			t.Fatalf("after %s: %v", when, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err := s.CreateTenant(ctx, &store.Tenant{Name: "after"}); err != nil {
-		t.Fatalf("a write after the thaw: %v", err)
-	}
-	if list, err := s.ListTenants(ctx); err != nil || len(list) != 2 {
-		t.Fatalf("tenants after the thaw: %d, %v; want kept and after (nothing written while frozen)", len(list), err)
+		t.Fatalf("a write after %s: %v", when, err)
 	}
 }
