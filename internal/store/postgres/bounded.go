@@ -18,7 +18,9 @@ import (
 // answering without closing its connections (a frozen server, a host
 // gone silent behind a live TCP peer) would otherwise hang it forever.
 // The store's statements are single-row reads and writes and short pages;
-// none comes near it.
+// none comes near it. A write the bound gave up on may still commit once
+// the server answers again: unavailable means its outcome is unknown, as
+// for any connection cut mid-statement.
 const DefaultStatementTimeout = 15 * time.Second
 
 // errUnanswered is the cause of a statement's context when its bound, not

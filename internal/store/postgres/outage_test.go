@@ -79,7 +79,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 // context has no deadline, as an API request's has none: each call ends
 // unavailable once the store's statement bound has passed — reads, writes,
 // a page of rows and a transaction alike — and, the server thawed, the
-// same Store serves again.
+// same Store serves again with what it confirmed.
 func TestServerFrozen(t *testing.T) {
 	srv, err := pgtest.Start()
 	if err != nil {
@@ -125,8 +125,19 @@ func TestServerFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	servesAgain(ctx, t, s, tenant, "the thaw")
-	if list, err := s.ListTenants(ctx); err != nil || len(list) != 2 {
-		t.Fatalf("tenants after the thaw: %d, %v; want kept and after (nothing written while frozen)", len(list), err)
+	// A write the bound gave up on may still commit once the server runs
+	// again (it was in the server's socket already): its outcome is
+	// unknown, which is what unavailable says. What was confirmed is there.
+	list, err := s.ListTenants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, tn := range list {
+		names[tn.Name] = true
+	}
+	if !names["kept"] || !names["after"] {
+		t.Fatalf("tenants after the thaw: %v; want kept and after among them", names)
 	}
 }
 
