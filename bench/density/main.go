@@ -9,7 +9,11 @@
 // MemAvailable per sandbox, beside the API's latency with that many
 // sandboxes: GET /v1/sandboxes/{id} and a command round trip (exec
 // `true`), sequential, over sandboxes in turn, and the host CPU each idle
-// VMM burns per second.
+// VMM burns per second. The first report, with one sandbox, is the API's
+// usual latency on this host, and every later one prints its latencies as
+// ratios to it. Before each report the run waits -settle, so that the
+// create pool's refill after the last create (a restore, which under TCG
+// keeps a core busy for seconds) is not what the API is timed against.
 //
 // With -ksm it turns the kernel's same-page merging on for the run (and
 // restores its settings after) and prints what it merged: QEMU marks guest
@@ -51,6 +55,7 @@ type config struct {
 	memFraction   float64
 	ksm, smaps    bool
 	samples       int
+	settle        time.Duration
 	createTimeout time.Duration
 	maxTime       time.Duration
 }
@@ -67,11 +72,12 @@ func main() {
 	flag.BoolVar(&cfg.ksm, "ksm", false, "turn KSM on for the run and report what it merged")
 	flag.BoolVar(&cfg.smaps, "smaps", false, "at the end, print one idle VMM's memory by mapping class (QEMU heap, TCG cache, guest RAM, ...)")
 	flag.IntVar(&cfg.samples, "samples", 20, "GETs and exec round trips at each report")
+	flag.DurationVar(&cfg.settle, "settle", 20*time.Second, "wait before each report, for the create pool's refill to finish")
 	flag.DurationVar(&cfg.createTimeout, "create-timeout", 5*time.Minute, "bound on one create")
 	flag.DurationVar(&cfg.maxTime, "max-time", 30*time.Minute, "bound on the whole run")
 	flag.Parse()
-	if cfg.count < 0 || cfg.count > hardCap || cfg.step <= 0 || cfg.memFraction <= 0 || cfg.memFraction > 0.9 {
-		fmt.Fprintf(os.Stderr, "bench/density: -count 0..%d, -step > 0, -mem-fraction in (0, 0.9]\n", hardCap)
+	if cfg.count < 0 || cfg.count > hardCap || cfg.step <= 0 || cfg.memFraction <= 0 || cfg.memFraction > 0.9 || cfg.settle < 0 {
+		fmt.Fprintf(os.Stderr, "bench/density: -count 0..%d, -step > 0, -mem-fraction in (0, 0.9], -settle >= 0\n", hardCap)
 		os.Exit(2)
 	}
 	if err := run(cfg); err != nil {
@@ -140,20 +146,20 @@ func run(cfg config) error {
 			break
 		}
 		held = append(held, id)
-		if len(held)%cfg.step == 0 {
-			r, err := measure(ctx, c, data, held, avail0, cfg.samples)
+		if len(held) == 1 || len(held)%cfg.step == 0 {
+			r, err := measure(ctx, c, data, held, avail0, cfg)
 			if err != nil {
 				return err
 			}
 			reports = append(reports, r)
-			r.print(os.Stdout)
+			r.print(os.Stdout, reports[0])
 		}
 	}
 	if len(held) > 0 && (len(reports) == 0 || reports[len(reports)-1].n != len(held)) {
 		// The last sandboxes held since a report, as when a create failed.
-		if r, err := measure(context.WithoutCancel(ctx), c, data, held, avail0, cfg.samples); err == nil {
+		if r, err := measure(context.WithoutCancel(ctx), c, data, held, avail0, cfg); err == nil {
 			reports = append(reports, r)
-			r.print(os.Stdout)
+			r.print(os.Stdout, reports[0])
 		}
 	}
 	if cfg.smaps && len(held) > 0 {
@@ -189,9 +195,9 @@ type report struct {
 	ksm       string
 }
 
-// measure lets the newest sandbox settle, then reads every VMM's memory and
-// times the API.
-func measure(ctx context.Context, c *apiclient.Client, data string, ids []string, avail0 int64, samples int) (report, error) {
+// measure waits cfg.settle, then reads every VMM's memory and times the
+// API.
+func measure(ctx context.Context, c *apiclient.Client, data string, ids []string, avail0 int64, cfg config) (report, error) {
 	r := report{n: len(ids),
 		pss:     stats.Series{Name: "  PSS per VMM", Unit: "MiB"},
 		pssAnon: stats.Series{Name: "    of which anonymous (QEMU's heap, TCG cache)", Unit: "MiB"},
@@ -199,6 +205,11 @@ func measure(ctx context.Context, c *apiclient.Client, data string, ids []string
 		get:     stats.Series{Name: "  GET /v1/sandboxes/{id}", Unit: "ms"},
 		exec:    stats.Series{Name: "  exec `true` round trip", Unit: "ms"},
 		idleCPU: stats.Series{Name: "  idle VMM CPU per sandbox (host CPU the guest burns doing nothing)", Unit: "ms/s"},
+	}
+	select {
+	case <-ctx.Done():
+		return r, ctx.Err()
+	case <-time.After(cfg.settle):
 	}
 	pids := make([]int, len(ids))
 	for i, id := range ids {
@@ -221,7 +232,7 @@ func measure(ctx context.Context, c *apiclient.Client, data string, ids []string
 	if avail, err := memAvailable(); err == nil {
 		r.availDrop = float64(avail0-avail) / float64(1<<20) / float64(len(ids))
 	}
-	for i := 0; i < samples; i++ {
+	for i := 0; i < cfg.samples; i++ {
 		id := ids[i%len(ids)]
 		t0 := time.Now()
 		if err := c.Do(ctx, "GET", "/v1/sandboxes/"+id, nil, nil, 200); err != nil {
@@ -272,10 +283,24 @@ func idleCPU(ctx context.Context, pids []int, s *stats.Series) error {
 	return nil
 }
 
-func (r report) print(w *os.File) {
+// print writes r; base is the first report (one sandbox), whose latencies
+// are the API's usual ones on this host.
+func (r report) print(w *os.File, base report) {
 	fmt.Fprintf(w, "with %d sandboxes: MemAvailable dropped %.1f MiB per sandbox; load %s\n", r.n, r.availDrop, loadAvg())
 	stats.Print(w, r.pss, r.pssAnon, r.pssFile, r.idleCPU, r.get, r.exec)
+	if r.n != base.n {
+		fmt.Fprintf(w, "  latency against %d sandbox: GET median %.2fx, p99 %.2fx; exec median %.2fx, p99 %.2fx\n", base.n,
+			ratio(r.get.Median(), base.get.Median()), ratio(stats.Percentile(r.get.Samples, 99), stats.Percentile(base.get.Samples, 99)),
+			ratio(r.exec.Median(), base.exec.Median()), ratio(stats.Percentile(r.exec.Samples, 99), stats.Percentile(base.exec.Samples, 99)))
+	}
 	if r.ksm != "" {
 		fmt.Fprintln(w, "  KSM:", r.ksm)
 	}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
