@@ -99,7 +99,7 @@ func TestFaultInjection(t *testing.T) {
 		{point: "create.recorded", trigger: func(c *client, _, _ string) { post(c, "/v1/sandboxes", map[string]any{"template": "base"}) }},
 		{point: "create.started", trigger: func(c *client, _, _ string) { post(c, "/v1/sandboxes", map[string]any{"template": "base"}) }},
 		{point: "pause.paused", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/pause", nil) }},
-		{point: "suspend.frozen", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/suspend", nil) }},
+		{point: "suspend.recorded", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/suspend", nil) }},
 		{point: "suspend.saved", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/suspend", nil) }},
 		{point: "suspend.sealed", trigger: func(c *client, sbx, _ string) { post(c, "/v1/sandboxes/"+sbx+"/suspend", nil) }},
 		{point: "wake.restored", prepare: suspended,

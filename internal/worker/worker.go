@@ -163,15 +163,15 @@ type Lifecycle interface {
 	// running sandbox succeeds.
 	ResumeSandbox(ctx context.Context, id string) (SandboxStatus, error)
 	// SuspendSandbox makes a durable snapshot of a running or paused
-	// sandbox (filesystems frozen by the agent, memory, device state and
-	// disk copied with sha256 checksums) and ends its VMM, releasing CPU
+	// sandbox (memory, device state and disk of one paused instant copied
+	// with sha256 checksums) and ends its VMM, releasing CPU
 	// and RAM. State becomes VMSuspended; it survives a restart of the
 	// worker process and of the host. On error (e.g. ErrResourceExhausted
 	// when the disk is full) the sandbox is left as it was and no partial
 	// snapshot remains.
 	SuspendSandbox(ctx context.Context, id string) (SandboxStatus, error)
 	// WakeSandbox resumes a paused sandbox or restores a suspended one
-	// (checksums verified first, then the agent is thawed and handed fresh
+	// (checksums verified first, then the agent is handed fresh
 	// entropy and the wall clock). Snapshot files missing or corrupt fail
 	// with an error wrapping errdefs.ErrDataLoss and no VM is left running;
 	// the files stay for inspection until DeleteSandbox. Other errors leave

@@ -138,24 +138,13 @@ func (w *Worker) wakeSuspended(ctx context.Context, sb *sandbox) (worker.Sandbox
 		sb.mu.Unlock()
 		return worker.SandboxStatus{}, err
 	}
-	// Thawing the filesystems (frozen at the suspend) and configuring the
-	// agent are independent: two calls at once on the one link.
-	thawed := make(chan error, 1)
-	go func() { thawed <- sb.agent.Thaw(ctx) }()
-	err = w.configure(ctx, sb.agent, sb.spec)
-	if terr := <-thawed; terr != nil {
-		err = fmt.Errorf("thaw guest filesystems: %w", terr)
-	} else if err != nil {
-		err = fmt.Errorf("configure agent after wake: %w", err)
-	}
-	if err != nil {
+	if err := w.thawAndConfigure(ctx, sb, m, ph); err != nil {
 		w.abandonVM(ctx, sb, true)
 		sb.mu.Lock()
 		sb.suspended = true
 		sb.mu.Unlock()
 		return worker.SandboxStatus{}, err
 	}
-	ph.mark("link_thaw_configure")
 	faultinject.Point("wake.restored")
 	// Running again from its own copies: the snapshot has served.
 	if err := os.RemoveAll(snap); err != nil {
@@ -165,6 +154,31 @@ func (w *Worker) wakeSuspended(ctx context.Context, sb *sandbox) (worker.Sandbox
 	ph.log(w.log, "wake phases", "sandbox", id)
 	w.log.Info("sandbox woken", "sandbox", id, "prestarted_vmm", slot, "took", time.Since(started).Round(time.Millisecond))
 	return sb.status(), nil
+}
+
+// thawAndConfigure configures the agent of a sandbox restored from its
+// suspend snapshot, and thaws its filesystems when the snapshot says the
+// guest was frozen (made by a worker before suspends stopped freezing):
+// both calls at once on the one link.
+func (w *Worker) thawAndConfigure(ctx context.Context, sb *sandbox, m manifest, ph *phases) error {
+	if !m.guestFrozen() {
+		if err := w.configure(ctx, sb.agent, sb.spec); err != nil {
+			return fmt.Errorf("configure agent after wake: %w", err)
+		}
+		ph.mark("link_configure")
+		return nil
+	}
+	thawed := make(chan error, 1)
+	go func() { thawed <- sb.agent.Thaw(ctx) }()
+	err := w.configure(ctx, sb.agent, sb.spec)
+	if terr := <-thawed; terr != nil {
+		return fmt.Errorf("thaw guest filesystems: %w", terr)
+	}
+	if err != nil {
+		return fmt.Errorf("configure agent after wake: %w", err)
+	}
+	ph.mark("link_thaw_configure")
+	return nil
 }
 
 // SuspendSandbox implements worker.Lifecycle.
@@ -185,28 +199,24 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	started := time.Now()
 	wasPaused := st == worker.VMPaused
 	vm := sb.vm
-	if err := sb.markTransient(transient{Op: "suspend", Frozen: true, WasPaused: wasPaused}); err != nil {
+	// The guest filesystems are not frozen (nor a paused sandbox resumed
+	// for it): the snapshot is the guest's memory and its disk at one
+	// paused instant (QEMU's stop drains and flushes the disk's in-flight
+	// I/O; the disk is cache=none), and nothing ever uses the disk without
+	// that memory (every restore is of both, as in a live migration), so
+	// the page cache, journal and dirty data in memory match the disk.
+	if err := sb.markTransient(transient{Op: "suspend", WasPaused: wasPaused}); err != nil {
 		return worker.SandboxStatus{}, err
 	}
-	if wasPaused {
-		// The agent must run to freeze the filesystems.
-		if err := w.resume(ctx, sb); err != nil {
-			sb.clearTransient()
-			return worker.SandboxStatus{}, err
-		}
-	}
-	if err := sb.agent.Freeze(ctx); err != nil {
-		w.undoSnapshotPause(ctx, sb, false, wasPaused)
-		return worker.SandboxStatus{}, fmt.Errorf("freeze guest filesystems: %w", err)
-	}
-	faultinject.Point("suspend.frozen")
+	faultinject.Point("suspend.recorded")
 	tmp := sb.path(suspendTmp)
 	if err := w.snapshotPaused(ctx, sb, tmp); err != nil {
-		w.undoSnapshotPause(ctx, sb, true, wasPaused)
+		w.undoSnapshotPause(ctx, sb, wasPaused)
 		return worker.SandboxStatus{}, err
 	}
 	faultinject.Point("suspend.saved")
-	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DeviceSet: sb.devices}
+	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DeviceSet: sb.devices,
+		Frozen: new(bool)}
 	err = sealSnapshot(ctx, tmp, m)
 	if err == nil {
 		// With an object store the suspend counts once the snapshot is
@@ -214,7 +224,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 		// sandbox can still go on where it is.
 		if uerr := w.uploadSuspend(ctx, sb, tmp); uerr != nil {
 			_ = os.RemoveAll(tmp)
-			w.undoSnapshotPause(ctx, sb, true, wasPaused)
+			w.undoSnapshotPause(ctx, sb, wasPaused)
 			return worker.SandboxStatus{}, uerr
 		}
 		err = os.Rename(tmp, sb.path(suspendDir))
@@ -225,7 +235,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		_ = os.RemoveAll(sb.path(suspendDir))
-		w.undoSnapshotPause(ctx, sb, true, wasPaused)
+		w.undoSnapshotPause(ctx, sb, wasPaused)
 		return worker.SandboxStatus{}, diskError("seal suspend snapshot", err)
 	}
 	// Sealed: from here the snapshot is the sandbox. Release the VM.
@@ -299,17 +309,15 @@ func (w *Worker) classifyDisk(what string, err error) error {
 }
 
 // undoSnapshotPause puts a sandbox back as it was before a failed suspend.
-func (w *Worker) undoSnapshotPause(ctx context.Context, sb *sandbox, thaw, wasPaused bool) {
+// A VM that was paused is resumed and paused again even so: a migration to
+// a file that completed left QEMU's disk inactive, and a resume is what
+// activates it again (a second migration of an inactive disk fails).
+func (w *Worker) undoSnapshotPause(ctx context.Context, sb *sandbox, wasPaused bool) {
 	ctx = context.WithoutCancel(ctx)
 	if sb.state() == worker.VMPaused {
 		if err := w.resume(ctx, sb); err != nil {
 			w.log.Error("resume after failed snapshot", "sandbox", sb.spec.ID, "err", err)
 			return
-		}
-	}
-	if thaw {
-		if err := sb.agent.Thaw(ctx); err != nil {
-			w.log.Error("thaw after failed suspend", "sandbox", sb.spec.ID, "err", err)
 		}
 	}
 	if wasPaused {

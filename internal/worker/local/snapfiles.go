@@ -40,9 +40,19 @@ type manifest struct {
 	Template string `json:"template,omitempty"`
 	// DeviceSet is the device set of the snapshot's VM (devices.go); 0 in
 	// manifests written before it was recorded.
-	DeviceSet int                  `json:"device_set,omitempty"`
-	Files     map[string]fileCheck `json:"files"`
+	DeviceSet int `json:"device_set,omitempty"`
+	// Frozen says whether the guest filesystems were frozen in the
+	// snapshot, for a suspend snapshot: false in those of workers that
+	// suspend without freezing (lifecycle.go), absent (nil) in those of
+	// older workers, which froze them. Other snapshots never freeze and
+	// leave it absent; only a wake reads it.
+	Frozen *bool                `json:"frozen,omitempty"`
+	Files  map[string]fileCheck `json:"files"`
 }
+
+// guestFrozen says whether a suspend snapshot's guest filesystems are
+// frozen, so the wake must thaw them: yes unless the manifest says not.
+func (m manifest) guestFrozen() bool { return m.Frozen == nil || *m.Frozen }
 
 type fileCheck struct {
 	Size   int64  `json:"size"`

@@ -17,7 +17,7 @@ import (
 const storeTimeout = 30 * time.Second
 
 // uploadSuspend stores the sealed suspend snapshot in dir (the sandbox's
-// VM still paused and frozen) under worker.SuspendSnapshot, with the
+// VM still paused) under worker.SuspendSnapshot, with the
 // sandbox's spec as its meta, when the worker has a SnapshotStore. Any
 // object already under the name is stale — the sandbox has run since it
 // was made — and is deleted first. On error the store holds nothing under

@@ -12,8 +12,10 @@ import (
 )
 
 // transientFile, in a sandbox's directory, records what the worker itself has
-// done to the sandbox's VM in the middle of a suspend or a checkpoint: frozen
-// its filesystems, paused its vCPUs. It is written before the first such step
+// done to the sandbox's VM in the middle of a suspend or a checkpoint: paused
+// its vCPUs (and, in a suspend by a worker before suspends stopped freezing,
+// frozen its filesystems: Frozen, which such a worker's record may still
+// hold when a new worker adopts the sandbox). It is written before the first such step
 // and removed once the step is undone or the suspend is sealed, so a worker
 // that crashed in between knows at adoption what to undo, and the sandbox
 // comes back as its user left it (running, or paused by them).
@@ -21,7 +23,7 @@ const transientFile = "transient.json"
 
 type transient struct {
 	Op        string `json:"op"`         // "suspend" or "checkpoint"
-	Frozen    bool   `json:"frozen"`     // the agent may have frozen the guest filesystems
+	Frozen    bool   `json:"frozen"`     // the agent may have frozen the guest filesystems (older workers' suspends)
 	WasPaused bool   `json:"was_paused"` // the user had paused the sandbox before
 }
 
