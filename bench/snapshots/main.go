@@ -196,7 +196,7 @@ func run(runs int, agent, dataDir, accel string) error {
 		runs, accel, r.Kernel.Version, networked, wakePool)
 	stats.Print(os.Stdout, out...)
 	if logLevel == slog.LevelDebug {
-		fmt.Printf("\nphases (worker debug records; wake: verify runs beside clone..incoming; agent link up: dial + sync, inside link_and_thaw or configure)\n")
+		fmt.Printf("\nphases (worker debug records; wake: verify runs beside clone..incoming; agent link up: dial + sync, inside link_configure, link_thaw_configure or configure)\n")
 		stats.Print(os.Stdout, phases.Series()...)
 	}
 	return nil

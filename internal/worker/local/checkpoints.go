@@ -163,7 +163,7 @@ func (w *Worker) branch(ctx context.Context, sb *sandbox, ck checkpointSource) e
 	if err != nil {
 		return err
 	}
-	return w.restoreInto(ctx, sb, dir, m, false)
+	return w.restoreInto(ctx, sb, dir, m)
 }
 
 // RestoreCheckpoint implements worker.Lifecycle.
@@ -206,7 +206,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	if err := writeJSON(sb.path(specFile), spec); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("record spec: %w: %v", errdefs.ErrInternal, err)
 	}
-	if err := w.restoreInto(ctx, sb, dir, m, false); err != nil {
+	if err := w.restoreInto(ctx, sb, dir, m); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("restore checkpoint (the sandbox has no VM now): %w", err)
 	}
 	faultinject.Point("restore.restored")

@@ -13,17 +13,14 @@ import (
 )
 
 // restoreInto gives sb its own reflink copies of snapshot snap's memory and
-// disk and starts its VM restored from snap, running. With thaw, the guest
-// filesystems (frozen at a suspend) are thawed. The caller configures the
-// agent. On error no VM is left and sb's live files are removed.
-func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m manifest, thaw bool) (err error) {
-	return w.restoreWith(ctx, sb, snap, m, restoreOpts{thaw: thaw})
+// disk and starts its VM restored from snap, running. The caller configures
+// the agent. On error no VM is left and sb's live files are removed.
+func (w *Worker) restoreInto(ctx context.Context, sb *sandbox, snap string, m manifest) (err error) {
+	return w.restoreWith(ctx, sb, snap, m, restoreOpts{})
 }
 
 // restoreOpts are the choices of restoreWith.
 type restoreOpts struct {
-	// thaw thaws the guest filesystems (frozen at a suspend).
-	thaw bool
 	// verify checks every file of the snapshot against m's checksums while
 	// the VMM starts and loads the device state, and resumes no vCPU before
 	// the verdict: a damaged snapshot never runs. The memory file and disk
@@ -117,13 +114,6 @@ func (w *Worker) restoreWith(ctx context.Context, sb *sandbox, snap string, m ma
 		return err
 	}
 	ph.mark("resume")
-	if o.thaw {
-		if err := sb.agent.Thaw(ctx); err != nil {
-			w.abandonVM(ctx, sb, false)
-			return fmt.Errorf("thaw guest filesystems: %w", err)
-		}
-		ph.mark("link_and_thaw")
-	}
 	return nil
 }
 
