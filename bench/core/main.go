@@ -8,10 +8,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -83,7 +81,7 @@ func run(runs int, agent, dataDir, accel string, mib int) error {
 		r0, _ := stats.ReadProcCounters(st.VMMPID)
 		for j := 0; j < 5; j++ {
 			t1 := time.Now()
-			if _, err := runToExit(ctx, c, fmt.Sprintf("true%d", j), agentproto.ProcessSpec{Argv: []string{"true"}}); err != nil {
+			if _, err := rig.Run(ctx, c, fmt.Sprintf("true%d", j), agentproto.ProcessSpec{Argv: []string{"true"}}, nil); err != nil {
 				return err
 			}
 			rtt.AddDuration(time.Since(t1))
@@ -92,8 +90,8 @@ func run(runs int, agent, dataDir, accel string, mib int) error {
 		rttCPU.Samples = append(rttCPU.Samples, (r1.CPUMS-r0.CPUMS)/5)
 		h0, _ := stats.ReadProcCounters(0)
 		t2 := time.Now()
-		n, err := runToExit(ctx, c, "tput", agentproto.ProcessSpec{
-			Shell: fmt.Sprintf("dd if=/dev/zero bs=1048576 count=%d 2>/dev/null", mib), BufferBytes: 64 << 20})
+		n, err := rig.Run(ctx, c, "tput", agentproto.ProcessSpec{
+			Shell: fmt.Sprintf("dd if=/dev/zero bs=1048576 count=%d 2>/dev/null", mib), BufferBytes: 64 << 20}, nil)
 		if err != nil {
 			return err
 		}
@@ -112,38 +110,4 @@ func run(runs int, agent, dataDir, accel string, mib int) error {
 	fmt.Printf("bench/core: %d runs, accel=%s, kernel %s\n", runs, accel, k.Version)
 	stats.Print(os.Stdout, boot, rtt, rttCPU, tput, vmmCPU, hostCPU)
 	return nil
-}
-
-// runToExit starts spec and reads its events to the exit; it returns the
-// stdout bytes seen and fails on a non-zero exit or a gap.
-func runToExit(ctx context.Context, c worker.Guest, id string, spec agentproto.ProcessSpec) (int64, error) {
-	spec.ID = id
-	if _, err := c.Start(ctx, spec); err != nil {
-		return 0, err
-	}
-	s, err := c.Events(ctx, id, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer s.Close()
-	var n int64
-	for {
-		ev, err := s.Next()
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-		switch ev.Type {
-		case agentproto.EventStdout:
-			n += int64(len(ev.Data))
-		case agentproto.EventGap:
-			return n, fmt.Errorf("%s: output gap of %d bytes", id, ev.LostBytes)
-		case agentproto.EventExit:
-			if ev.Exit.ExitCode == nil || *ev.Exit.ExitCode != 0 {
-				return n, fmt.Errorf("%s exited %+v", id, ev.Exit)
-			}
-		}
-	}
 }

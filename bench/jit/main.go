@@ -14,10 +14,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -168,7 +166,7 @@ func measure(ctx context.Context, w *local.Worker, rec *recorder, sp worker.Sand
 		return err
 	}
 	if wake {
-		if _, err := runToExit(ctx, c, "warm", agentproto.ProcessSpec{Argv: []string{"true"}}); err != nil {
+		if _, err := rig.Run(ctx, c, "warm", agentproto.ProcessSpec{Argv: []string{"true"}}, nil); err != nil {
 			return err
 		}
 		if _, err := w.SuspendSandbox(ctx, sp.ID); err != nil {
@@ -202,7 +200,7 @@ func measure(ctx context.Context, w *local.Worker, rec *recorder, sp worker.Sand
 	var flushes int64
 	for i, s := range steps {
 		t0 := time.Now()
-		if _, err := runToExit(ctx, c, fmt.Sprintf("step%d", i), s.spec); err != nil {
+		if _, err := rig.Run(ctx, c, fmt.Sprintf("step%d", i), s.spec, nil); err != nil {
 			return err
 		}
 		t.rtt[i].AddDuration(time.Since(t0))
@@ -223,36 +221,4 @@ func measure(ctx context.Context, w *local.Worker, rec *recorder, sp worker.Sand
 	}
 	t.flushes.Samples = append(t.flushes.Samples, float64(flushes))
 	return nil
-}
-
-// runToExit starts spec and reads its events to the exit; it fails on a
-// non-zero exit.
-func runToExit(ctx context.Context, c worker.Guest, id string, spec agentproto.ProcessSpec) (int64, error) {
-	spec.ID = id
-	if _, err := c.Start(ctx, spec); err != nil {
-		return 0, err
-	}
-	s, err := c.Events(ctx, id, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer s.Close()
-	var n int64
-	for {
-		ev, err := s.Next()
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-		switch ev.Type {
-		case agentproto.EventStdout:
-			n += int64(len(ev.Data))
-		case agentproto.EventExit:
-			if ev.Exit.ExitCode == nil || *ev.Exit.ExitCode != 0 {
-				return n, fmt.Errorf("%s exited %+v", id, ev.Exit)
-			}
-		}
-	}
 }

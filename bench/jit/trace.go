@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/space-sandbox/space/bench/internal/rig"
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/vmm/qemu"
 	"github.com/space-sandbox/space/internal/worker"
@@ -28,7 +29,7 @@ func traceStep(ctx context.Context, vm *qemu.VM, c worker.Guest, logPath string,
 	if _, err := vm.HumanMonitor(ctx, "log in_asm"); err != nil {
 		return err
 	}
-	_, err = runToExit(ctx, c, "traced", spec)
+	_, err = rig.Run(ctx, c, "traced", spec, nil)
 	if _, lerr := vm.HumanMonitor(ctx, "log none"); err == nil {
 		err = lerr
 	}
@@ -62,7 +63,7 @@ func traceStep(ctx context.Context, vm *qemu.VM, c worker.Guest, logPath string,
 		}
 	}
 	var syms bytes.Buffer
-	if err := runCapture(ctx, c, "kallsyms", agentproto.ProcessSpec{Argv: []string{"cat", "/proc/kallsyms"}}, &syms); err != nil {
+	if _, err := rig.Run(ctx, c, "kallsyms", agentproto.ProcessSpec{Argv: []string{"cat", "/proc/kallsyms"}}, &syms); err != nil {
 		return err
 	}
 	type sym struct {
@@ -155,31 +156,6 @@ func kernelArea(name string) string {
 		}
 	}
 	return "kernel: other"
-}
-
-// runCapture runs spec to its exit and copies its stdout to w.
-func runCapture(ctx context.Context, c worker.Guest, id string, spec agentproto.ProcessSpec, w io.Writer) error {
-	spec.ID = id
-	if _, err := c.Start(ctx, spec); err != nil {
-		return err
-	}
-	s, err := c.Events(ctx, id, 0)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	for {
-		ev, err := s.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if ev.Type == agentproto.EventStdout {
-			_, _ = w.Write(ev.Data)
-		}
-	}
 }
 
 // traceFirst creates one sandbox without a pool and traces its first

@@ -382,34 +382,11 @@ func (b *bench) runsc() (stats.Series, bool) {
 }
 
 func runTrue(ctx context.Context, c worker.Guest, id string) error {
-	return wait(ctx, c, id, agentproto.ProcessSpec{Argv: []string{"true"}})
+	_, err := rig.Run(ctx, c, id, agentproto.ProcessSpec{Argv: []string{"true"}}, nil)
+	return err
 }
 
 func runShell(ctx context.Context, c worker.Guest, id, script string) error {
-	return wait(ctx, c, id, agentproto.ProcessSpec{Shell: script})
-}
-
-// wait starts spec and waits on its event stream for the exit.
-func wait(ctx context.Context, c worker.Guest, id string, spec agentproto.ProcessSpec) error {
-	spec.ID = id
-	if _, err := c.Start(ctx, spec); err != nil {
-		return err
-	}
-	s, err := c.Events(ctx, id, 0)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	for {
-		ev, err := s.Next()
-		if err != nil {
-			return fmt.Errorf("%s: no exit: %w", id, err)
-		}
-		if ev.Type == agentproto.EventExit {
-			if ev.Exit.ExitCode == nil || *ev.Exit.ExitCode != 0 {
-				return fmt.Errorf("%s exited %+v", id, ev.Exit)
-			}
-			return nil
-		}
-	}
+	_, err := rig.Run(ctx, c, id, agentproto.ProcessSpec{Shell: script}, nil)
+	return err
 }
