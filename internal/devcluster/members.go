@@ -3,6 +3,7 @@ package devcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -183,17 +184,41 @@ func (c *Cluster) RestartControl(ctx context.Context, i int) error {
 func (c *Cluster) KillWorker(i int) { c.workers[i].kill() }
 
 // RestartWorker starts worker i again with the same data dir, node name
-// and address, and waits for its node to be Ready.
+// and address, and waits until it serves the worker protocol and its node
+// is Ready. The listener comes first: the node's Ready condition may still
+// be the killed process's (its Lease has not expired yet), and the worker
+// listens only once it has adopted its sandboxes.
 func (c *Cluster) RestartWorker(ctx context.Context, i int) error {
 	p := c.workers[i]
 	p.kill()
 	if err := p.start(c.opts.Spaced); err != nil {
 		return err
 	}
+	if err := waitListening(ctx, p); err != nil {
+		return err
+	}
 	if err := waitNodeReady(ctx, c.kube.Client, p); err != nil {
 		return err
 	}
 	return c.writeInfo()
+}
+
+// waitListening waits until p accepts TCP connections on its address.
+func waitListening(ctx context.Context, p *process) error {
+	var d net.Dialer
+	for {
+		conn, err := d.DialContext(ctx, "tcp", p.addr)
+		if err == nil {
+			return conn.Close()
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited at start-up; log %s:\n%s", p.name, p.logPath, logTail(p.logPath, 3000))
+		case <-ctx.Done():
+			return fmt.Errorf("%s does not listen on %s: %v; log %s:\n%s", p.name, p.addr, err, p.logPath, logTail(p.logPath, 3000))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // WorkerPID is worker i's process id (0 when it is not running).
