@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -47,7 +46,7 @@ func (u *upstream) headers(label string) []http.Header {
 
 // startUpstream makes namespace e2e-up-<pid> (testenv.UpstreamNet) with an
 // echo server on upAllowed and upOther, port 80, and maps the two names in
-// /etc/hosts (restored in cleanup).
+// /etc/hosts (removed at cleanup).
 func startUpstream(t *testing.T) *upstream {
 	t.Helper()
 	must := func(err error) {
@@ -78,20 +77,7 @@ func startUpstream(t *testing.T) *upstream {
 		t.Cleanup(func() { srv.Close() })
 	}
 
-	orig2, err := os.ReadFile("/etc/hosts")
-	must(err)
-	// A run killed before its cleanup leaves its lines: drop them first, so
-	// they are neither doubled nor restored.
-	orig2 = dropHostLines(orig2, allowedHost, otherHost)
-	fi, err := os.Stat("/etc/hosts")
-	must(err)
-	add := fmt.Sprintf("\n%s %s\n%s %s\n", upAllowed, allowedHost, upOther, otherHost)
-	must(os.WriteFile("/etc/hosts", append(bytes.Clone(orig2), add...), fi.Mode().Perm()))
-	t.Cleanup(func() {
-		if err := os.WriteFile("/etc/hosts", orig2, fi.Mode().Perm()); err != nil {
-			t.Errorf("restore /etc/hosts: %v", err)
-		}
-	})
+	testenv.AddHosts(t, map[string]netip.Addr{allowedHost: upAllowed, otherHost: upOther})
 	return u
 }
 
@@ -243,17 +229,4 @@ func TestNetwork(t *testing.T) {
 			}
 		}
 	})
-}
-
-// dropHostLines removes the /etc/hosts lines that name any of names.
-func dropHostLines(hosts []byte, names ...string) []byte {
-	var out [][]byte
-	for _, line := range bytes.Split(hosts, []byte("\n")) {
-		fields := strings.Fields(string(line))
-		if len(fields) >= 2 && slices.ContainsFunc(fields[1:], func(f string) bool { return slices.Contains(names, f) }) {
-			continue
-		}
-		out = append(out, line)
-	}
-	return bytes.Join(out, []byte("\n"))
 }

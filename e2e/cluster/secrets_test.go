@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,31 +66,7 @@ func startSecretsUpstream(t *testing.T) *keySeen {
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 
-	orig, err := os.ReadFile("/etc/hosts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat("/etc/hosts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A run killed before its cleanup leaves its line: drop it first.
-	var kept [][]byte
-	for _, line := range bytes.Split(orig, []byte("\n")) {
-		if !slices.Contains(strings.Fields(string(line)), secretsHost) {
-			kept = append(kept, line)
-		}
-	}
-	orig = bytes.Join(kept, []byte("\n"))
-	add := fmt.Sprintf("\n%s %s\n", secretsUpstream, secretsHost)
-	if err := os.WriteFile("/etc/hosts", append(bytes.Clone(orig), add...), fi.Mode().Perm()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.WriteFile("/etc/hosts", orig, fi.Mode().Perm()); err != nil {
-			t.Errorf("restore /etc/hosts: %v", err)
-		}
-	})
+	testenv.AddHosts(t, map[string]netip.Addr{secretsHost: secretsUpstream})
 	return seen
 }
 

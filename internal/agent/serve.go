@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/hashicorp/yamux"
+
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -109,8 +111,22 @@ func (a *Agent) handle(ctx context.Context, st net.Conn) {
 	}
 	_ = st.SetReadDeadline(time.Time{})
 	if err := a.dispatch(ctx, st, &req); err != nil {
+		if linkGone(err) {
+			// The host left before the answer: nobody to answer, and
+			// nothing failed on the guest's side.
+			a.log.Debug("answer not delivered: the link session ended", "op", req.Op, "err", err)
+			return
+		}
 		_ = reply(st, nil, a.public(req.Op, err))
 	}
+}
+
+// linkGone says whether err is the link session or the request's stream
+// ending under a handler (the host disconnected, or a new host took the
+// link over after a restore), rather than the operation failing.
+func linkGone(err error) bool {
+	return errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, yamux.ErrStreamClosed) ||
+		errors.Is(err, yamux.ErrConnectionReset) || errors.Is(err, net.ErrClosed)
 }
 
 // public keeps tenant-safe errors and replaces anything else by its class.
