@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/vmm/qemu"
+	"github.com/space-sandbox/space/internal/worker/local"
 )
 
 // recorder is the QEMU driver, unchanged, that also keeps every VM it
@@ -27,10 +29,18 @@ func (r *recorder) keep(vm vmm.VM, err error) (vmm.VM, error) {
 	return vm, err
 }
 
-func (r *recorder) vm(pid int) *qemu.VM {
+// sandboxVM is the VM of sandbox id's VMM, which r must have started.
+func (r *recorder) sandboxVM(ctx context.Context, w *local.Worker, id string) (*qemu.VM, error) {
+	st, err := w.Sandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.vms[pid]
+	if vm := r.vms[st.VMMPID]; vm != nil {
+		return vm, nil
+	}
+	return nil, fmt.Errorf("%s: VMM %d was not started through the bench's driver", id, st.VMMPID)
 }
 
 func (r *recorder) Start(ctx context.Context, spec vmm.BootSpec) (vmm.VM, error) {

@@ -180,13 +180,9 @@ func measure(ctx context.Context, w *local.Worker, rec *recorder, sp worker.Sand
 			return err
 		}
 	}
-	st, err := w.Sandbox(ctx, sp.ID)
+	vm, err := rec.sandboxVM(ctx, w, sp.ID)
 	if err != nil {
 		return err
-	}
-	vm := rec.vm(st.VMMPID)
-	if vm == nil {
-		return fmt.Errorf("%s: VMM %d was not started through the bench's driver", sp.ID, st.VMMPID)
 	}
 	prev, text, err := readVMM(ctx, vm)
 	if err != nil {

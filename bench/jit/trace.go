@@ -177,13 +177,9 @@ func traceFirst(agent, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	st, err := w.Sandbox(ctx, sp.ID)
+	vm, err := rec.sandboxVM(ctx, w, sp.ID)
 	if err != nil {
 		return err
-	}
-	vm := rec.vm(st.VMMPID)
-	if vm == nil {
-		return fmt.Errorf("VMM %d was not started through the bench's driver", st.VMMPID)
 	}
 	logPath := root + "/sandboxes/" + sp.ID + "/vm/qemu.log"
 	return traceStep(ctx, vm, c, logPath, steps[0].spec, os.Stdout)
