@@ -90,8 +90,9 @@ func TestImports(t *testing.T) {
 		{who: []string{"internal/vmm"}, mayNot: []string{"internal/worker", "internal/api", "internal/store", "internal/operation", "internal/server"}},
 		// The control-plane domain knows nothing of HTTP's edge or the wiring.
 		{who: []string{"internal/sandbox"}, mayNot: []string{"internal/api", "internal/server"}},
-		// A keyed lock is a leaf.
+		// A keyed lock is a leaf, and so are the per-sandbox budgets.
 		{who: []string{"internal/keylock"}, onlyOf: []string{}},
+		{who: []string{"internal/budget"}, onlyOf: []string{}},
 		// Cluster mode's Kubernetes side is the Worker contract seen from
 		// Kubernetes: it knows nothing of the API, the store or operations.
 		{who: []string{"internal/cluster"}, mayNot: []string{"internal/api", "internal/sandbox", "internal/store", "internal/operation", "internal/server"}},
