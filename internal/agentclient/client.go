@@ -95,7 +95,9 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := agentproto.HostSession(synced)
+	sess, err := agentproto.HostSession(synced, func(err error) {
+		c.log.Warn("agent link dropped: the guest broke its bounds", "err", err)
+	})
 	if err != nil {
 		_ = conn.Close()
 		return nil, linkError("agent session", ctx, err)

@@ -35,7 +35,7 @@ func TestFrameConnJoinsHeaderAndBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer agent.Close()
-	host, err := HostSession(b)
+	host, err := HostSession(b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

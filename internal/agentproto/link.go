@@ -268,18 +268,30 @@ func YamuxConfig() *yamux.Config {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
 	cfg.EnableKeepAlive = true
-	cfg.KeepAliveInterval = 10 * time.Second
-	cfg.ConnectionWriteTimeout = 10 * time.Second
+	cfg.KeepAliveInterval = KeepAliveInterval
+	cfg.ConnectionWriteTimeout = WriteTimeout
 	cfg.StreamCloseTimeout = time.Minute
 	return cfg
 }
 
-// HostSession starts the host's yamux client on a synced conn.
-func HostSession(conn net.Conn) (*yamux.Session, error) {
-	return yamux.Client(newFrameConn(conn), YamuxConfig())
+// hostConfig is YamuxConfig for the host, which never accepts a stream
+// (guardConn drops a session whose agent opens one before yamux sees it):
+// the smallest backlog yamux allows.
+func hostConfig() *yamux.Config {
+	cfg := YamuxConfig()
+	cfg.AcceptBacklog = 1
+	return cfg
+}
+
+// HostSession starts the host's yamux client on a synced conn. onAbuse
+// (may be nil) is called once if the session ends because the agent broke
+// one of the link's bounds (the error wraps ErrLinkAbuse): the host's
+// record of why a guest lost its link.
+func HostSession(conn net.Conn, onAbuse func(error)) (*yamux.Session, error) {
+	return yamux.Client(newFrameConn(newGuardConn(conn, false, WriteTimeout, onAbuse)), hostConfig())
 }
 
 // AgentSession starts the agent's yamux server on a synced conn.
 func AgentSession(conn net.Conn) (*yamux.Session, error) {
-	return yamux.Server(newFrameConn(conn), YamuxConfig())
+	return yamux.Server(newFrameConn(newGuardConn(conn, true, WriteTimeout, nil)), YamuxConfig())
 }

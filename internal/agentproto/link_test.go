@@ -111,7 +111,7 @@ func TestSyncThroughStaleBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	cli, err := HostSession(hc)
+	cli, err := HostSession(hc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

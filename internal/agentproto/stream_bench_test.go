@@ -18,7 +18,7 @@ func BenchmarkEventStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer agent.Close()
-	host, err := HostSession(h)
+	host, err := HostSession(h, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
