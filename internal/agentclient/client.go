@@ -31,11 +31,27 @@ type Client struct {
 	dial DialFunc
 	log  *slog.Logger
 
-	mu       sync.Mutex // serialises connecting
+	// mu guards the fields below. It is never held while dialling or
+	// handshaking: the dial function may take its owner's locks (a
+	// sandbox's, whose release closes this client under them), and a
+	// guest that never completes the handshake must not hold up Close.
+	mu       sync.Mutex
 	sess     *yamux.Session
 	conn     net.Conn
+	dialing  *dialCall // the dial in progress, if any
 	closed   bool
 	timeouts Timeouts
+}
+
+// dialCall is one dial in progress, which concurrent calls share.
+type dialCall struct {
+	done      chan struct{} // closed when the dial ended
+	cancel    context.CancelFunc
+	abandoned bool // Close or Disconnect came during it: its result is not the link
+	err       error
+	// retry says the waiting calls should dial themselves: the dial was
+	// abandoned, or ended because its own caller left.
+	retry bool
 }
 
 // New returns a Client that dials with dial. It does not connect until the
@@ -49,7 +65,8 @@ func New(dial DialFunc, log *slog.Logger) *Client {
 
 var errClosed = errdefs.New(errdefs.ErrUnavailable, "agent client closed")
 
-// Close drops the link; later calls fail.
+// Close drops the link; later calls fail. It does not wait for a dial in
+// progress: it cancels it, and the dial's link is dropped when it ends.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -60,6 +77,7 @@ func (c *Client) Close() error {
 
 // Disconnect drops the current link (if any); the next call redials. Use it
 // when the transport is known to be replaced, e.g. after a snapshot restore.
+// A dial in progress is abandoned, and the calls waiting for it dial anew.
 func (c *Client) Disconnect() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -67,6 +85,11 @@ func (c *Client) Disconnect() {
 }
 
 func (c *Client) dropLocked() {
+	if d := c.dialing; d != nil {
+		d.abandoned = true
+		d.cancel()
+		c.dialing = nil
+	}
 	if c.sess != nil {
 		_ = c.sess.Close()
 		c.sess = nil
@@ -78,33 +101,88 @@ func (c *Client) dropLocked() {
 }
 
 // session returns a live yamux session, dialling and syncing if needed.
+// One dial runs at a time, without c.mu; concurrent calls wait for it.
 func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errClosed
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, errClosed
+		}
+		if c.sess != nil && !c.sess.IsClosed() {
+			sess := c.sess
+			c.mu.Unlock()
+			return sess, nil
+		}
+		if d := c.dialing; d != nil {
+			c.mu.Unlock()
+			select {
+			case <-d.done:
+			case <-ctx.Done():
+				return nil, linkError("dial agent", ctx, ctx.Err())
+			}
+			// The dial that ended was another call's, under its own
+			// context: if it failed for a reason of its caller's, try
+			// again under ours.
+			if d.err != nil && !d.retry {
+				return nil, d.err
+			}
+			continue
+		}
+		c.dropLocked()
+		dctx, cancel := bounded(ctx, c.timeouts.Connect)
+		dctx, cancelDial := context.WithCancel(dctx)
+		d := &dialCall{done: make(chan struct{}), cancel: cancelDial}
+		c.dialing = d
+		c.mu.Unlock()
+
+		sess, conn, err := c.connect(dctx)
+		cancelDial()
+		cancel()
+
+		c.mu.Lock()
+		if d.abandoned {
+			if sess != nil {
+				_ = sess.Close()
+				_ = conn.Close()
+			}
+			sess, err = nil, errdefs.New(errdefs.ErrUnavailable, "the agent link was reset while connecting")
+		} else {
+			c.dialing = nil
+			c.sess, c.conn = sess, conn
+		}
+		d.err, d.retry = err, d.abandoned || ctx.Err() != nil
+		close(d.done)
+		closed := c.closed
+		c.mu.Unlock()
+		switch {
+		case sess != nil:
+			return sess, nil
+		case closed:
+			return nil, errClosed
+		case d.abandoned && ctx.Err() == nil:
+			continue // Disconnect: dial the new transport
+		}
+		return nil, err
 	}
-	if c.sess != nil && !c.sess.IsClosed() {
-		return c.sess, nil
-	}
-	c.dropLocked()
+}
+
+// connect dials, syncs and starts a session on the new connection.
+func (c *Client) connect(ctx context.Context) (*yamux.Session, net.Conn, error) {
 	t0 := time.Now()
-	ctx, cancel := bounded(ctx, c.timeouts.Connect)
-	defer cancel()
 	conn, synced, err := c.dialSynced(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sess, err := agentproto.HostSession(synced, func(err error) {
 		c.log.Warn("agent link dropped: the guest broke its bounds", "err", err)
 	})
 	if err != nil {
 		_ = conn.Close()
-		return nil, linkError("agent session", ctx, err)
+		return nil, nil, linkError("agent session", ctx, err)
 	}
-	c.sess, c.conn = sess, conn
 	c.log.Debug("agent link up", "took", time.Since(t0))
-	return sess, nil
+	return sess, conn, nil
 }
 
 // firstSyncWait bounds the handshake on a link's first connection; each
