@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -65,24 +66,26 @@ func dialQMP(ctx context.Context, path string, gone <-chan struct{}) (*qmpClient
 		}
 	}
 	q := &qmpClient{conn: conn, pending: map[string]chan qmpReply{}, closed: make(chan struct{})}
-	br := bufio.NewReaderSize(conn, 64<<10)
+	r := newQMPReader(conn)
 
 	// The greeting comes first; read it synchronously, bounded by ctx.
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetReadDeadline(dl)
 	}
-	line, err := br.ReadBytes('\n')
-	if err != nil {
+	greet, err := r.next()
+	switch {
+	case errors.Is(err, errQMPLine):
+		conn.Close()
+		return nil, fmt.Errorf("qmp greeting: %w: %w", err, errdefs.ErrInternal)
+	case err != nil:
 		conn.Close()
 		return nil, fmt.Errorf("qmp greeting: %w: %v", errdefs.ErrUnavailable, err)
-	}
-	var greet qmpReply
-	if err := json.Unmarshal(line, &greet); err != nil || greet.QMP == nil {
+	case greet.QMP == nil:
 		conn.Close()
-		return nil, fmt.Errorf("qmp greeting: unexpected %q: %w", line, errdefs.ErrInternal)
+		return nil, fmt.Errorf("qmp greeting: not a greeting: %w", errdefs.ErrInternal)
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	go q.readLoop(br)
+	go q.readLoop(r)
 	if err := q.Execute(ctx, "qmp_capabilities", nil, nil); err != nil {
 		q.Close()
 		return nil, err
@@ -90,16 +93,21 @@ func dialQMP(ctx context.Context, path string, gone <-chan struct{}) (*qmpClient
 	return q, nil
 }
 
-func (q *qmpClient) readLoop(br *bufio.Reader) {
+func (q *qmpClient) readLoop(rd *qmpReader) {
 	var err error
 	for {
-		var line []byte
-		line, err = br.ReadBytes('\n')
+		var r qmpReply
+		r, err = rd.next()
+		if errors.Is(err, errQMPLine) {
+			continue // not a reply; QMP says each line is one, but QEMU is not ours to trust
+		}
 		if err != nil {
+			// A line too long (or the end): the connection cannot be
+			// read on, and QEMU sees its client leave.
+			_ = q.conn.Close()
 			break
 		}
-		var r qmpReply
-		if json.Unmarshal(line, &r) != nil || r.Event != "" || len(r.ID) == 0 {
+		if r.Event != "" || len(r.ID) == 0 {
 			continue
 		}
 		q.mu.Lock()
@@ -180,10 +188,53 @@ func (q *qmpClient) execute(ctx context.Context, cmd string, args any, result an
 		}
 		return nil
 	case <-q.closed:
-		return fmt.Errorf("qmp %s: connection closed: %w", cmd, errdefs.ErrUnavailable)
+		q.mu.Lock()
+		rerr := q.readErr
+		q.mu.Unlock()
+		return fmt.Errorf("qmp %s: connection closed: %w: %v", cmd, errdefs.ErrUnavailable, rerr)
 	case <-ctx.Done():
 		return fmt.Errorf("qmp %s: %w", cmd, ctxErr(ctx))
 	}
+}
+
+// qmpMaxLine bounds one line from QEMU. Replies to the commands here are
+// small (the largest, human-monitor-command's text, is kilobytes); the
+// bound is what a compromised QEMU can make spaced buffer.
+const qmpMaxLine = 1 << 20
+
+// errQMPLine is a line that is not one JSON object: skipped after the
+// greeting.
+var errQMPLine = errors.New("qmp line is not a JSON object")
+
+// qmpReader reads QMP's lines, each one JSON object, none longer than
+// qmpMaxLine.
+type qmpReader struct{ sc *bufio.Scanner }
+
+func newQMPReader(r io.Reader) *qmpReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), qmpMaxLine)
+	return &qmpReader{sc: sc}
+}
+
+// next reads one line: its reply, errQMPLine for a line that is not a
+// JSON object, io.EOF at the end, or the error that ends the stream (a
+// line over qmpMaxLine among them).
+func (r *qmpReader) next() (qmpReply, error) {
+	if !r.sc.Scan() {
+		err := r.sc.Err()
+		switch {
+		case err == nil:
+			return qmpReply{}, io.EOF
+		case errors.Is(err, bufio.ErrTooLong):
+			return qmpReply{}, fmt.Errorf("qmp: a line from QEMU longer than %d bytes: %w", qmpMaxLine, err)
+		}
+		return qmpReply{}, err
+	}
+	var reply qmpReply
+	if err := json.Unmarshal(r.sc.Bytes(), &reply); err != nil {
+		return qmpReply{}, fmt.Errorf("%w: %v", errQMPLine, err)
+	}
+	return reply, nil
 }
 
 // Close drops the connection; QEMU keeps running and accepts a new client.
