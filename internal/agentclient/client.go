@@ -312,13 +312,11 @@ func (cl *call) responseWithin(op agentproto.Op, out any, d time.Duration) error
 }
 
 func (cl *call) decode(op agentproto.Op, resp agentproto.Response, out any) error {
-	if resp.Error != nil {
-		return resp.Error.Err()
-	}
-	if out != nil && len(resp.Result) > 0 {
-		if err := json.Unmarshal(resp.Result, out); err != nil {
-			return fmt.Errorf("%s: decode result: %w: %w", op, errdefs.ErrInternal, err)
+	if err := resp.Decode(out); err != nil {
+		if resp.Error != nil {
+			return err
 		}
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
 }

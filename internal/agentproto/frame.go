@@ -73,3 +73,19 @@ func (e *Error) Err() error {
 	}
 	return &errdefs.Public{Class: errdefs.FromCode(e.Code), Message: e.Message}
 }
+
+// Decode is how the host reads an agent's answer: the agent's error as an
+// errdefs error of the class it named (ErrInternal for a code it may not
+// name), else the result decoded into out (when out is not nil and there
+// is a result). A result that does not decode into out is ErrInternal.
+func (r *Response) Decode(out any) error {
+	if r.Error != nil {
+		return r.Error.Err()
+	}
+	if out != nil && len(r.Result) > 0 {
+		if err := json.Unmarshal(r.Result, out); err != nil {
+			return fmt.Errorf("decode result: %w: %w", errdefs.ErrInternal, err)
+		}
+	}
+	return nil
+}

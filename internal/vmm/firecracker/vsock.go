@@ -3,6 +3,7 @@ package firecracker
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -64,27 +65,38 @@ func connectVsock(ctx context.Context, path string, port uint32) (net.Conn, erro
 		c.Close()
 		return nil, err
 	}
-	line, err := readLine(c, 64)
+	line, err := readLine(c, maxAnswer)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("vsock handshake: %v", err)
 	}
-	f := strings.Fields(line)
-	if len(f) != 2 || f[0] != "OK" {
+	if err := parseAnswer(line); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("vsock handshake: unexpected answer %q", line)
-	}
-	if _, err := strconv.ParseUint(f[1], 10, 32); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("vsock handshake: unexpected answer %q", line)
+		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
 }
 
+// maxAnswer bounds Firecracker's answer line ("OK <port>" is at most 13
+// bytes).
+const maxAnswer = 64
+
+// parseAnswer checks Firecracker's answer to CONNECT: "OK <host port>".
+func parseAnswer(line string) error {
+	f := strings.Fields(line)
+	if len(f) != 2 || f[0] != "OK" {
+		return fmt.Errorf("vsock handshake: unexpected answer %q", line)
+	}
+	if _, err := strconv.ParseUint(f[1], 10, 32); err != nil {
+		return fmt.Errorf("vsock handshake: unexpected answer %q", line)
+	}
+	return nil
+}
+
 // readLine reads up to '\n' one byte at a time, so that nothing after the
 // answer (the guest's first bytes) is consumed.
-func readLine(c net.Conn, max int) (string, error) {
+func readLine(c io.Reader, max int) (string, error) {
 	var b []byte
 	one := make([]byte, 1)
 	for len(b) < max {
