@@ -88,13 +88,14 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // newRoot is the command tree over env.
 func newRoot(env *Env) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "space",
-		Short:         "command line of SPACE",
-		Long:          rootLong,
-		Version:       version.Get().String(),
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		Args:          cobra.ArbitraryArgs, // groupRun says what is unknown
+		Use:                   "space",
+		Short:                 "command line of SPACE",
+		Long:                  rootLong,
+		Version:               version.Get().String(),
+		SilenceErrors:         true,
+		SilenceUsage:          true,
+		Args:                  cobra.ArbitraryArgs, // groupRun says what is unknown
+		DisableFlagsInUseLine: true,
 		// A bare `space` prints the help, as before.
 		RunE: func(cmd *cobra.Command, args []string) error { return groupRun(cmd, args) },
 	}
@@ -128,7 +129,7 @@ func newRoot(env *Env) *cobra.Command {
 
 // group is a command of subcommands only.
 func group(name, short string, subs ...*cobra.Command) *cobra.Command {
-	g := &cobra.Command{Use: name, Short: short, Args: cobra.ArbitraryArgs, RunE: groupRun}
+	g := &cobra.Command{Use: name, Short: short, Args: cobra.ArbitraryArgs, RunE: groupRun, DisableFlagsInUseLine: true}
 	g.AddCommand(subs...)
 	return g
 }
