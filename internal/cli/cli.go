@@ -71,7 +71,11 @@ func Run(ctx context.Context, args []string, env Env) int {
 	}
 	var ue usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(env.Stderr, "space: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+		path := "space"
+		if cmd != nil && cmd.Name() != "help" {
+			path = cmd.CommandPath()
+		}
+		fmt.Fprintf(env.Stderr, "space: %v\nRun '%s --help' for usage.\n", err, path)
 		return 2
 	}
 	fmt.Fprintln(env.Stderr, "space:", err)
@@ -104,6 +108,22 @@ func newRoot(env *Env) *cobra.Command {
 	root.SetErr(env.Stderr)
 	root.SetVersionTemplate("space {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Args:  cobra.ArbitraryArgs,
+		// cobra's own help command answers an unknown topic with the
+		// top-level usage and exit 0; an unknown topic is a usage error.
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return usagef("unknown help topic %q", strings.Join(args, " "))
+			}
+			cmd.InitDefaultHelpFlag() // as cobra's help command does: the flag is made on first use
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	})
 	root.AddCommand(
 		group("sandbox", "Create, list and manage sandboxes",
 			sandboxCreate(env), sandboxList(env), sandboxGet(env), sandboxDelete(env),

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/space-sandbox/space/internal/version"
 )
@@ -78,6 +79,13 @@ func TestCommandPathsComplete(t *testing.T) {
 			if !listed[p] {
 				t.Errorf("command %q is not in commandPaths", p)
 			}
+			// pflag, like Go's flag package, takes a backquoted word of a
+			// flag's help for the name of its value.
+			sub.LocalFlags().VisitAll(func(f *pflag.Flag) {
+				if strings.Contains(f.Usage, "`") {
+					t.Errorf("%s --%s: a backquote in its help garbles it: %q", p, f.Name, f.Usage)
+				}
+			})
 			walk(sub)
 		}
 	}
@@ -101,6 +109,8 @@ func TestUnknown(t *testing.T) {
 		{[]string{"exec", "--bogus", "sbx_1", "--", "true"}, "unknown flag: --bogus"},
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"admin", "key", "create", "t", "--format", "pem"}, "--format must be space or e2b"},
+		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},
+		{[]string{"help", "sandbox", "bogus"}, `unknown help topic "sandbox bogus"`},
 	} {
 		var out, errb bytes.Buffer
 		code := Run(t.Context(), tc.args, Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
