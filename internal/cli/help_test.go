@@ -2,12 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/version"
 )
 
@@ -130,5 +132,18 @@ func TestVersionCommand(t *testing.T) {
 		if code != 0 || !strings.Contains(out.String(), want) {
 			t.Errorf("space %s: exit %d, stdout %q, stderr %q; want %q", strings.Join(args, " "), code, out.String(), errb.String(), want)
 		}
+	}
+	// Without a server, the client's version is printed and the exit is 1.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c, _ := client.New("http://"+addr, "", nil)
+	var out, errb bytes.Buffer
+	code := Run(t.Context(), []string{"version"}, Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Client: c})
+	if code != 1 || !strings.Contains(out.String(), "client: "+want) || !strings.Contains(errb.String(), "server version") {
+		t.Errorf("space version without a server: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
