@@ -27,11 +27,18 @@ all: build
 setup:
 	bash scripts/setup.sh
 
+# What `space version`, `spaced --version` and GET /v1/version say:
+# the nearest tag (or the commit) and the commit, set at link time.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_LDFLAGS = -X github.com/space-sandbox/space/internal/version.Version=$(VERSION) \
+	-X github.com/space-sandbox/space/internal/version.Commit=$(COMMIT)
+
 ## build: bin/spaced, bin/space and the static guest agent bin/space-agent
 build:
 	@mkdir -p bin
-	$(GO) build -o bin/spaced ./cmd/spaced
-	$(GO) build -o bin/space ./cmd/space
+	$(GO) build -ldflags='$(VERSION_LDFLAGS)' -o bin/spaced ./cmd/spaced
+	$(GO) build -ldflags='$(VERSION_LDFLAGS)' -o bin/space ./cmd/space
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/space-agent ./cmd/space-agent
 
 ## run: set up, build and start the single-node server (API on $(LISTEN))

@@ -49,7 +49,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.registry, "registry", "localhost", "registry part of the image references (retag or push elsewhere with crane)")
 	fs.StringVar(&o.tag, "tag", "", "image tag (default: the chart's appVersion, deploy/helm/space/Chart.yaml)")
 	fs.StringVar(&o.cacheDir, "cache", "/var/cache/space/images", "cache of Debian roots (by package list) and .deb files")
-	fs.StringVar(&o.kernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (`make setup` fills it)")
+	fs.StringVar(&o.kernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (make setup fills it)")
 	fs.StringVar(&o.suite, "suite", "bookworm", "Debian suite of the image roots")
 	fs.StringVar(&o.mirror, "mirror", "", "Debian mirror (default: mmdebstrap's)")
 	only := fs.String("only", "", "comma-separated images to build: control, worker (default: both)")

@@ -37,6 +37,8 @@ var docs = map[string]doc{
 	"GET /metrics":      {summary: "Prometheus metrics (text exposition format)", status: "200", resp: "text"},
 	"GET /openapi.json": {summary: "This document", status: "200", resp: "any"},
 
+	"GET /v1/version": {summary: "The build that serves: version, commit, Go version and API version (no key needed)",
+		status: "200", resp: "Version"},
 	"GET /v1/features": {summary: "Feature gates and whether they are enabled", status: "200", resp: "FeatureList"},
 	"GET /v1/templates": {summary: "List the template builds the caller sees (global ones and its own), by name, oldest build first",
 		status: "200", resp: "TemplateList", query: pageParams},

@@ -29,7 +29,7 @@ var schemaTypes = map[string]any{
 	"ExecResponse": apiv1.ExecResponse{}, "CommandResponse": apiv1.CommandResponse{},
 	"CommandList": apiv1.CommandList{}, "Event": apiv1.Event{}, "SignalRequest": apiv1.SignalRequest{},
 	"ResizeRequest": apiv1.ResizeRequest{}, "FileInfo": apiv1.FileInfo{}, "FeatureList": apiv1.FeatureList{},
-	"CreateTenantRequest": apiv1.CreateTenantRequest{}, "TenantResponse": apiv1.TenantResponse{},
+	"Version": apiv1.Version{}, "CreateTenantRequest": apiv1.CreateTenantRequest{}, "TenantResponse": apiv1.TenantResponse{},
 	"CreateKeyRequest": apiv1.CreateKeyRequest{}, "KeyResponse": apiv1.KeyResponse{},
 	"WorkerList": apiv1.WorkerList{}, "TemplateList": apiv1.TemplateList{},
 	"Template": apiv1.Template{}, "CreateTemplateRequest": apiv1.CreateTemplateRequest{},

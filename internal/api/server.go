@@ -230,6 +230,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "GET /metrics", h: s.serveMetrics},
 		{pattern: "GET /openapi.json", h: s.serveOpenAPI},
 
+		{pattern: "GET /v1/version", h: s.getVersion},
 		{pattern: "GET /v1/features", auth: authTenant, h: s.listFeatures},
 		{pattern: "POST /v1/templates", auth: authTenant, h: s.createTemplate},
 		{pattern: "GET /v1/templates", auth: authTenant, h: s.listTemplates},

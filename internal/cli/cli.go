@@ -1,21 +1,29 @@
 // Package cli is the `space` command line: thin commands over
 // internal/client. It owns argument parsing and output formatting (human
 // tables or --json) and nothing else; main only calls Run.
+//
+// The command tree is spf13/cobra's, as kubectl's and gh's are: help,
+// -h and --help work at every level (top, group, command) and exit 0 with
+// the usage and the flags on stdout; an unknown command or flag exits 2
+// with a hint on stderr; a failed call exits 1, and exec exits with the
+// command's own status.
 package cli
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/version"
 )
 
 // Env is what a command runs with; tests replace the streams.
@@ -24,43 +32,15 @@ type Env struct {
 	Stdout, Stderr io.Writer
 	// Client is created from SPACE_URL and SPACE_API_KEY when nil.
 	Client *client.Client
+
+	// parsed, when set, receives each command's parsed call instead of
+	// the command running (the prologue test).
+	parsed func(name string, cl *call)
 }
 
-const usage = `space — command line of SPACE (Sandboxed Platform for Agentic Code Execution)
+const rootLong = `space — command line of SPACE (Sandboxed Platform for Agentic Code Execution)
 
-Environment: SPACE_URL (default http://127.0.0.1:8080), SPACE_API_KEY.
-Every command accepts --json.
-
-  space sandbox create [--template base] [--vcpus N] [--memory-mib N] [--disk-mib N]
-                       [--env K=V]... [--metadata K=V]... [--timeout SECONDS] [--no-wait]
-  space sandbox list [--state S] [--metadata K=V]...
-  space sandbox get ID
-  space sandbox delete ID [--no-wait]
-  space sandbox pause|suspend|wake ID [--no-wait]
-  space sandbox keep ID SECONDS
-  space checkpoint create ID [--name NAME] [--no-wait]
-  space checkpoint list ID
-  space checkpoint get|delete CHECKPOINT
-  space restore ID CHECKPOINT [--no-wait]
-  space exec [-t] [-i] [--cwd DIR] [--env K=V]... [--timeout SECONDS] ID -- ARGV...
-  space files put ID LOCAL REMOTE [--mode 0644]
-  space files get ID REMOTE [LOCAL]
-  space files ls ID PATH
-  space template build NAME (--from-oci PATH | --image REF | --from-rootfs PATH |
-                       --debian SUITE [--package P]... [--script FILE] | --recipe FILE)
-                       [--vcpus N] [--memory-mib N] [--disk-mib N] [--env K=V]...
-                       [--workdir DIR] [--user U] [--no-cache] [--no-wait]
-  space template list
-  space template get NAME[@sha256:DIGEST]
-  space template delete NAME[@sha256:DIGEST] [--force]
-  space op get ID
-  space op wait ID
-  space admin tenant create NAME
-  space admin key create TENANT [--admin]
-  space admin key delete KEY_ID
-  space mcp [--http ADDR]   serve SPACE's tools to an MCP client (stdio, or
-                            streamable HTTP with a SPACE key as bearer token)
-`
+Environment: SPACE_URL (default http://127.0.0.1:8080), SPACE_API_KEY.`
 
 // exitError carries a process exit code through the command functions.
 type exitError struct{ code int }
@@ -79,29 +59,114 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if env.Stderr == nil {
 		env.Stderr = os.Stderr
 	}
-	err := dispatch(ctx, args, &env)
+	root := newRoot(&env)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
 	var ee exitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.Is(err, flag.ErrHelp):
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		path := "space"
+		if cmd != nil && cmd.Name() != "help" {
+			path = cmd.CommandPath()
+		}
+		fmt.Fprintf(env.Stderr, "space: %v\nRun '%s --help' for usage.\n", err, path)
 		return 2
 	}
 	fmt.Fprintln(env.Stderr, "space:", err)
-	var ue usageError
-	if errors.As(err, &ue) {
-		return 2
-	}
 	return 1
 }
 
+// usageError is a command line the commands do not take (exit 2).
 type usageError struct{ msg string }
 
-func (e usageError) Error() string { return e.msg + " (see space help)" }
+func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// newRoot is the command tree over env.
+func newRoot(env *Env) *cobra.Command {
+	root := &cobra.Command{
+		Use:                   "space",
+		Short:                 "command line of SPACE",
+		Long:                  rootLong,
+		Version:               version.Get().String(),
+		SilenceErrors:         true,
+		SilenceUsage:          true,
+		Args:                  cobra.ArbitraryArgs, // groupRun says what is unknown
+		DisableFlagsInUseLine: true,
+		// A bare `space` prints the help, as before.
+		RunE: func(cmd *cobra.Command, args []string) error { return groupRun(cmd, args) },
+	}
+	root.SetIn(env.Stdin)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	root.SetVersionTemplate("space {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Args:  cobra.ArbitraryArgs,
+		// cobra's own help command answers an unknown topic with the
+		// top-level usage and exit 0; an unknown topic is a usage error.
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return usagef("unknown help topic %q", strings.Join(args, " "))
+			}
+			cmd.InitDefaultHelpFlag() // as cobra's help command does: the flag is made on first use
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	})
+	root.AddCommand(
+		group("sandbox", "Create, list and manage sandboxes",
+			sandboxCreate(env), sandboxList(env), sandboxGet(env), sandboxDelete(env),
+			sandboxLifecycle(env, "pause"), sandboxLifecycle(env, "suspend"), sandboxLifecycle(env, "wake"),
+			sandboxKeep(env), group("network", "Set and read a sandbox's egress policy", networkSet(env), networkLog(env))),
+		group("checkpoint", "Checkpoint sandboxes and manage checkpoints",
+			checkpointCmd(env, "create"), checkpointCmd(env, "list"), checkpointCmd(env, "get"), checkpointCmd(env, "delete")),
+		restore(env),
+		execCmd(env),
+		group("files", "Move files in and out of a sandbox", filesPut(env), filesGet(env), filesLs(env)),
+		group("template", "Build and manage templates", templateBuild(env), templateList(env), templateGet(env), templateDelete(env)),
+		group("op", "Read and wait for operations", opGet(env, false), opGet(env, true)),
+		group("secret", "Store the tenant's secrets (write-only values)", secretSet(env), secretList(env), secretDelete(env)),
+		group("admin", "Tenants, keys and workers (admin key)",
+			group("tenant", "Create tenants", tenantCreate(env)),
+			group("key", "Create and revoke API keys", keyCreate(env), keyDelete(env)),
+			workersList(env)),
+		mcpCmd(env),
+		versionCmd(env),
+	)
+	return root
+}
+
+// group is a command of subcommands only.
+func group(name, short string, subs ...*cobra.Command) *cobra.Command {
+	g := &cobra.Command{Use: name, Short: short, Args: cobra.ArbitraryArgs, RunE: groupRun, DisableFlagsInUseLine: true}
+	g.AddCommand(subs...)
+	return g
+}
+
+// groupRun runs a group named alone (its help) or with a word that is
+// none of its commands (a usage error with cobra's suggestions).
+func groupRun(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	cmd.SuggestionsMinimumDistance = 2 // cobra's own default, set where it finds unknown commands
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageError{msg}
+}
 
 func (env *Env) client() (*client.Client, error) {
 	if env.Client != nil {
@@ -118,97 +183,11 @@ func (env *Env) client() (*client.Client, error) {
 	return c, nil
 }
 
-func dispatch(ctx context.Context, args []string, env *Env) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(env.Stdout, usage)
-		return nil
-	}
-	sub := func(n int) string {
-		if len(args) > n {
-			return args[n]
-		}
-		return ""
-	}
-	switch args[0] + " " + sub(1) {
-	case "sandbox create":
-		return sandboxCreate(ctx, args[2:], env)
-	case "sandbox list", "sandbox ls":
-		return sandboxList(ctx, args[2:], env)
-	case "sandbox get":
-		return sandboxGet(ctx, args[2:], env)
-	case "sandbox delete", "sandbox rm":
-		return sandboxDelete(ctx, args[2:], env)
-	case "sandbox pause", "sandbox suspend", "sandbox wake":
-		return sandboxLifecycle(ctx, args[1], args[2:], env)
-	case "sandbox keep":
-		return sandboxKeep(ctx, args[2:], env)
-	case "checkpoint create", "checkpoint list", "checkpoint get", "checkpoint delete":
-		return checkpointCmd(ctx, args[1], args[2:], env)
-	case "checkpoint ls":
-		return checkpointCmd(ctx, "list", args[2:], env)
-	case "checkpoint rm":
-		return checkpointCmd(ctx, "delete", args[2:], env)
-	case "restore " + sub(1):
-		return restore(ctx, args[1:], env)
-	case "files put":
-		return filesPut(ctx, args[2:], env)
-	case "files get":
-		return filesGet(ctx, args[2:], env)
-	case "files ls", "files list":
-		return filesLs(ctx, args[2:], env)
-	case "template build":
-		return templateBuild(ctx, args[2:], env)
-	case "template list", "template ls":
-		return templateList(ctx, args[2:], env)
-	case "template get":
-		return templateGet(ctx, args[2:], env)
-	case "template delete", "template rm":
-		return templateDelete(ctx, args[2:], env)
-	case "op get":
-		return opGet(ctx, args[2:], env, false)
-	case "op wait":
-		return opGet(ctx, args[2:], env, true)
-	}
-	switch args[0] {
-	case "exec":
-		return execCmd(ctx, args[1:], env)
-	case "admin":
-		return admin(ctx, args[1:], env)
-	case "mcp":
-		return mcpCmd(ctx, args[1:], env)
-	}
-	return usagef("unknown command %q", strings.Join(args[:min(len(args), 2)], " "))
-}
-
-// parse parses flags that may stand anywhere among the positional
-// arguments; everything after "--" is returned separately, untouched.
-func parse(fs *flag.FlagSet, args []string) (pos, rest []string, err error) {
-	fs.SetOutput(io.Discard)
-	for i, a := range args {
-		if a == "--" {
-			args, rest = args[:i], args[i+1:]
-			if rest == nil {
-				rest = []string{}
-			}
-			break
-		}
-	}
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, nil, usagef("%s: %v", fs.Name(), err)
-		}
-		if fs.NArg() == 0 {
-			return pos, rest, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
 // kv is a repeatable K=V flag.
 type kv map[string]string
 
 func (m kv) String() string { return "" }
+func (m kv) Type() string   { return "K=V" }
 func (m kv) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
@@ -231,11 +210,4 @@ func sortedKV(m map[string]string) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
-}
-
-func wantArgs(pos []string, n int, what string) error {
-	if len(pos) != n {
-		return usagef("want %s", what)
-	}
-	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
@@ -38,7 +39,15 @@ func server(t *testing.T) (string, string) {
 	})
 	au := auth.New(st, nil)
 	apitest.RegisterBaseTemplate(t, st)
-	srv, err := api.New(api.Config{}, api.Deps{Store: st, Ops: eng, Auth: au, Worker: apitest.NewWorker(t)})
+	sealKey, err := secrets.LoadKey(filepath.Join(t.TempDir(), secrets.KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.New(st, sealKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{}, api.Deps{Store: st, Ops: eng, Auth: au, Worker: apitest.NewWorker(t), Secrets: sec})
 	if err != nil {
 		t.Fatal(err)
 	}

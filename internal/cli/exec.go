@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
@@ -37,34 +38,37 @@ func exitCode(ev apiv1.Event) int {
 	return 255
 }
 
-func execCmd(ctx context.Context, args []string, env *Env) error {
-	var tty *bool
-	var interactive *bool
-	var cwd *string
-	var shell *string
-	var timeout *int
-	envs := kv{}
-	cl, err := start("exec", args, func(fs *flag.FlagSet) {
-		tty = fs.Bool("t", false, "run in a PTY and make the local terminal raw (interactive)")
-		interactive = fs.Bool("i", false, "forward local stdin to the command")
-		cwd = fs.String("cwd", "", "working directory in the sandbox")
-		shell = fs.String("shell", "", "run this /bin/sh -c script instead of ARGV")
-		timeout = fs.Int("timeout", 0, "kill the command after SECONDS")
-		fs.Var(envs, "env", "K=V environment (repeatable)")
-	})
-	if err != nil {
-		return err
-	}
-	if len(cl.rest) == 0 && *shell == "" {
+// execOpts are exec's own flags.
+type execOpts struct {
+	tty, interactive bool
+	cwd, shell       string
+	timeout          int
+	env              kv
+}
+
+func execCmd(env *Env) *cobra.Command {
+	o := execOpts{env: kv{}}
+	return command(env, "exec", func(fs *pflag.FlagSet) {
+		fs.BoolVarP(&o.tty, "tty", "t", false, "run in a PTY and make the local terminal raw (interactive)")
+		fs.BoolVarP(&o.interactive, "interactive", "i", false, "forward local stdin to the command")
+		fs.StringVar(&o.cwd, "cwd", "", "working directory in the sandbox")
+		fs.StringVar(&o.shell, "shell", "", "run this /bin/sh -c script instead of ARGV")
+		fs.IntVar(&o.timeout, "timeout", 0, "kill the command after SECONDS")
+		fs.Var(o.env, "env", "environment (repeatable)")
+	}, func(ctx context.Context, cl *call) error { return execute(ctx, env, cl, o) })
+}
+
+func execute(ctx context.Context, env *Env, cl *call, o execOpts) error {
+	if len(cl.rest) == 0 && o.shell == "" {
 		return usagef("want exec ID -- ARGV... (or --shell SCRIPT)")
 	}
-	req := apiv1.CreateCommandRequest{Argv: cl.rest, Shell: *shell, Cwd: *cwd, TimeoutSeconds: *timeout, Stdin: *interactive || *tty}
-	if len(envs) > 0 {
-		req.Env = envs
+	req := apiv1.CreateCommandRequest{Argv: cl.rest, Shell: o.shell, Cwd: o.cwd, TimeoutSeconds: o.timeout, Stdin: o.interactive || o.tty}
+	if len(o.env) > 0 {
+		req.Env = o.env
 	}
 	inFile, _ := env.Stdin.(*os.File)
 	outFile, _ := env.Stdout.(*os.File)
-	if *tty {
+	if o.tty {
 		if inFile == nil || !term.IsTerminal(int(inFile.Fd())) {
 			return usagef("-t needs a terminal on stdin")
 		}
@@ -86,7 +90,7 @@ func execCmd(ctx context.Context, args []string, env *Env) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if *tty {
+	if o.tty {
 		old, err := term.MakeRaw(int(inFile.Fd()))
 		if err != nil {
 			return fmt.Errorf("raw terminal: %v: %w", err, errdefs.ErrFailedPrecondition)

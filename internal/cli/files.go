@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,23 +13,27 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(append([]byte(nil), b...)) }
 
-func filesPut(ctx context.Context, args []string, env *Env) error {
-	var mode *string
-	cl, err := start("files put", args, func(fs *flag.FlagSet) {
-		mode = fs.String("mode", "", "octal permission bits of the file (default 0644)")
-	})
-	if err != nil {
-		return err
-	}
+func filesPut(env *Env) *cobra.Command {
+	var mode string
+	return command(env, "files put", func(fs *pflag.FlagSet) {
+		fs.StringVar(&mode, "mode", "", "octal permission bits of the file (default 0644)")
+	}, func(ctx context.Context, cl *call) error { return putFiles(ctx, env, cl, mode) })
+}
+
+func putFiles(ctx context.Context, env *Env, cl *call, mode string) error {
 	var m uint64
-	if *mode != "" {
-		if m, err = strconv.ParseUint(*mode, 8, 32); err != nil {
+	var err error
+	if mode != "" {
+		if m, err = strconv.ParseUint(mode, 8, 32); err != nil {
 			return usagef("--mode: want octal bits such as 0644")
 		}
 	}
@@ -117,14 +120,14 @@ func writeTar(w io.Writer, dir string) error {
 	return tw.Close()
 }
 
-func filesGet(ctx context.Context, args []string, env *Env) error {
-	var asTar *bool
-	cl, err := start("files get", args, func(fs *flag.FlagSet) {
-		asTar = fs.Bool("tar", false, "fetch a directory as a tar stream")
-	})
-	if err != nil {
-		return err
-	}
+func filesGet(env *Env) *cobra.Command {
+	var asTar bool
+	return command(env, "files get", func(fs *pflag.FlagSet) {
+		fs.BoolVar(&asTar, "tar", false, "fetch a directory as a tar stream")
+	}, func(ctx context.Context, cl *call) error { return getFiles(ctx, env, cl, asTar) })
+}
+
+func getFiles(ctx context.Context, env *Env, cl *call, asTar bool) error {
 	if len(cl.pos) != 2 && len(cl.pos) != 3 {
 		return usagef("want files get ID REMOTE [LOCAL]")
 	}
@@ -133,7 +136,7 @@ func filesGet(ctx context.Context, args []string, env *Env) error {
 		return err
 	}
 	var rc io.ReadCloser
-	if *asTar {
+	if asTar {
 		rc, err = c.GetTar(ctx, cl.pos[0], cl.pos[1])
 	} else {
 		rc, err = c.GetFile(ctx, cl.pos[0], cl.pos[1])
@@ -155,11 +158,11 @@ func filesGet(ctx context.Context, args []string, env *Env) error {
 	return err
 }
 
-func filesLs(ctx context.Context, args []string, env *Env) error {
-	cl, err := start("files ls", args, nil)
-	if err != nil {
-		return err
-	}
+func filesLs(env *Env) *cobra.Command {
+	return command(env, "files ls", nil, func(ctx context.Context, cl *call) error { return listFiles(ctx, env, cl) })
+}
+
+func listFiles(ctx context.Context, env *Env, cl *call) error {
 	c, err := env.client()
 	if err != nil {
 		return err

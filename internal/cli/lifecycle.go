@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
@@ -31,12 +33,12 @@ func finishOp(ctx context.Context, c *client.Client, env *Env, op *apiv1.Operati
 	return nil
 }
 
-// sandboxLifecycle runs `space sandbox pause|suspend|wake ID`.
-func sandboxLifecycle(ctx context.Context, verb string, args []string, env *Env) error {
-	cl, err := start("sandbox "+verb, args, nil)
-	if err != nil {
-		return err
-	}
+// sandboxLifecycle is `space sandbox pause|suspend|wake ID`.
+func sandboxLifecycle(env *Env, verb string) *cobra.Command {
+	return command(env, "sandbox "+verb, nil, func(ctx context.Context, cl *call) error { return lifecycle(ctx, env, cl, verb) })
+}
+
+func lifecycle(ctx context.Context, env *Env, cl *call, verb string) error {
 	c, err := env.client()
 	if err != nil {
 		return err
@@ -51,12 +53,12 @@ func sandboxLifecycle(ctx context.Context, verb string, args []string, env *Env)
 	return finishOp(ctx, c, env, op, cl.noWait, cl.json)
 }
 
-// sandboxKeep runs `space sandbox keep ID SECONDS`.
-func sandboxKeep(ctx context.Context, args []string, env *Env) error {
-	cl, err := start("sandbox keep", args, nil)
-	if err != nil {
-		return err
-	}
+// sandboxKeep is `space sandbox keep ID SECONDS`.
+func sandboxKeep(env *Env) *cobra.Command {
+	return command(env, "sandbox keep", nil, func(ctx context.Context, cl *call) error { return keep(ctx, env, cl) })
+}
+
+func keep(ctx context.Context, env *Env, cl *call) error {
 	secs, err := strconv.Atoi(cl.pos[1])
 	if err != nil {
 		return usagef("seconds must be a whole number")
@@ -76,39 +78,41 @@ func sandboxKeep(ctx context.Context, args []string, env *Env) error {
 	return nil
 }
 
-// restore runs `space restore ID CHECKPOINT`.
-func restore(ctx context.Context, args []string, env *Env) error {
-	cl, err := start("restore", args, nil)
-	if err != nil {
-		return err
-	}
-	c, err := env.client()
-	if err != nil {
-		return err
-	}
-	op, err := c.RestoreSandbox(ctx, cl.pos[0], cl.pos[1])
-	if err != nil {
-		return err
-	}
-	return finishOp(ctx, c, env, op, cl.noWait, cl.json)
+// restore is `space restore ID CHECKPOINT`.
+func restore(env *Env) *cobra.Command {
+	return command(env, "restore", nil, func(ctx context.Context, cl *call) error {
+		c, err := env.client()
+		if err != nil {
+			return err
+		}
+		op, err := c.RestoreSandbox(ctx, cl.pos[0], cl.pos[1])
+		if err != nil {
+			return err
+		}
+		return finishOp(ctx, c, env, op, cl.noWait, cl.json)
+	})
 }
 
-// checkpointCmd runs `space checkpoint create|list|get|delete`.
-func checkpointCmd(ctx context.Context, verb string, args []string, env *Env) error {
-	var name *string
-	cl, err := start("checkpoint "+verb, args, func(fs *flag.FlagSet) {
-		name = fs.String("name", "", "checkpoint name (create)")
-	})
-	if err != nil {
-		return err
+// checkpointCmd is `space checkpoint create|list|get|delete`.
+func checkpointCmd(env *Env, verb string) *cobra.Command {
+	var name string
+	var flags func(fs *pflag.FlagSet)
+	if verb == "create" {
+		flags = func(fs *pflag.FlagSet) { fs.StringVar(&name, "name", "", "checkpoint name") }
 	}
+	return command(env, "checkpoint "+verb, flags, func(ctx context.Context, cl *call) error {
+		return checkpoint(ctx, env, cl, verb, name)
+	})
+}
+
+func checkpoint(ctx context.Context, env *Env, cl *call, verb, name string) error {
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
 	switch verb {
 	case "create":
-		res, err := c.CreateCheckpoint(ctx, cl.pos[0], *name)
+		res, err := c.CreateCheckpoint(ctx, cl.pos[0], name)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +10,9 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -20,16 +22,16 @@ import (
 // mcpCmd serves SPACE's tools to an MCP client: over stdin/stdout (nothing
 // else is written to stdout) or, with --http, over streamable HTTP where
 // every caller authenticates with its own SPACE key.
-func mcpCmd(ctx context.Context, args []string, env *Env) error {
-	var addr *string
-	var verbose *bool
-	_, err := start("mcp", args, func(fs *flag.FlagSet) {
-		addr = fs.String("http", "", "serve the streamable HTTP transport on ADDR (host:port) instead of stdio")
-		verbose = fs.Bool("v", false, "log each failed tool call to stderr")
-	})
-	if err != nil {
-		return err
-	}
+func mcpCmd(env *Env) *cobra.Command {
+	var addr string
+	var verbose bool
+	return command(env, "mcp", func(fs *pflag.FlagSet) {
+		fs.StringVar(&addr, "http", "", "serve the streamable HTTP transport on ADDR (host:port) instead of stdio")
+		fs.BoolVarP(&verbose, "verbose", "v", false, "log each failed tool call to stderr")
+	}, func(ctx context.Context, _ *call) error { return serveMCP(ctx, env, &addr, &verbose) })
+}
+
+func serveMCP(ctx context.Context, env *Env, addr *string, verbose *bool) error {
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelDebug

@@ -1,48 +1,59 @@
 package cli
 
 import (
-	"errors"
+	"bytes"
 	"strings"
 	"testing"
 )
+
+// parseOnly runs the command line up to the parsed call: the exit code,
+// the call (nil when the command did not run) and stderr.
+func parseOnly(t *testing.T, args ...string) (int, *call, string) {
+	t.Helper()
+	var got *call
+	var out, errb bytes.Buffer
+	env := Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, parsed: func(_ string, cl *call) { got = cl }}
+	code := Run(t.Context(), args, env)
+	return code, got, errb.String()
+}
 
 // TestPrologues runs every command's prologue: the positional count it
 // declares is enforced with its usage message, and --no-wait and --json
 // exist exactly where the table says.
 func TestPrologues(t *testing.T) {
 	for name, p := range prologues {
+		path := strings.Fields(name)
 		if p.args >= 0 {
 			wrong := make([]string, p.args+1)
 			for i := range wrong {
 				wrong[i] = "x"
 			}
-			_, err := start(name, wrong, nil)
-			var ue usageError
-			if !errors.As(err, &ue) || !strings.Contains(err.Error(), p.want) {
-				t.Errorf("%s with %d arguments: %v, want a usage error naming %q", name, len(wrong), err, p.want)
+			code, cl, stderr := parseOnly(t, append(path, wrong...)...)
+			if code != 2 || cl != nil || !strings.Contains(stderr, p.want) || !strings.Contains(stderr, "space "+name+" --help") {
+				t.Errorf("%s with %d arguments: exit %d, %q; want 2 and a usage error naming %q", name, len(wrong), code, stderr, p.want)
 			}
 		}
 		ok := make([]string, max(p.args, 0))
 		for i := range ok {
 			ok[i] = "x"
 		}
-		cl, err := start(name, append([]string{"--no-wait"}, ok...), nil)
-		if (err == nil) != (p.noWait != "") {
-			t.Errorf("%s --no-wait: %v (declared: %v)", name, err, p.noWait != "")
+		code, cl, stderr := parseOnly(t, append(append(path, "--no-wait"), ok...)...)
+		if (code == 0) != (p.noWait != "") {
+			t.Errorf("%s --no-wait: exit %d %s (declared: %v)", name, code, stderr, p.noWait != "")
 		}
-		if err == nil && !cl.noWait {
+		if code == 0 && !cl.noWait {
 			t.Errorf("%s --no-wait parsed as false", name)
 		}
-		cl, err = start(name, append([]string{"--json"}, ok...), nil)
-		if (err == nil) != (p.json != "-") {
-			t.Errorf("%s --json: %v", name, err)
+		code, cl, stderr = parseOnly(t, append(append(path, "--json"), ok...)...)
+		if (code == 0) != (p.json != "-") {
+			t.Errorf("%s --json: exit %d %s", name, code, stderr)
 		}
-		if err == nil && !cl.json {
+		if code == 0 && !cl.json {
 			t.Errorf("%s --json parsed as false", name)
 		}
 	}
-	cl, err := start("exec", []string{"sbx_1", "--", "echo", "hi"}, nil)
-	if err != nil || strings.Join(cl.rest, " ") != "echo hi" || cl.pos[0] != "sbx_1" {
-		t.Fatalf("exec ID -- ARGV: %+v %v", cl, err)
+	code, cl, _ := parseOnly(t, "exec", "-t", "sbx_1", "--", "echo", "-n", "hi")
+	if code != 0 || strings.Join(cl.rest, " ") != "echo -n hi" || len(cl.pos) != 1 || cl.pos[0] != "sbx_1" {
+		t.Fatalf("exec ID -- ARGV: %d %+v", code, cl)
 	}
 }

@@ -2,31 +2,35 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
-func sandboxCreate(ctx context.Context, args []string, env *Env) error {
+func sandboxCreate(env *Env) *cobra.Command {
 	var req apiv1.CreateSandboxRequest
 	envs, meta := kv{}, kv{}
-	cl, err := start("sandbox create", args, func(fs *flag.FlagSet) {
+	return command(env, "sandbox create", func(fs *pflag.FlagSet) {
 		fs.StringVar(&req.Template, "template", "base", "template name[@sha256:digest]")
 		fs.IntVar(&req.VCPUs, "vcpus", 0, "vCPUs")
 		fs.IntVar(&req.MemoryMiB, "memory-mib", 0, "memory in MiB")
 		fs.IntVar(&req.DiskMiB, "disk-mib", 0, "root disk in MiB")
 		fs.IntVar(&req.TimeoutSeconds, "timeout", 0, "time to live in seconds")
-		fs.Var(envs, "env", "K=V environment of every command (repeatable)")
-		fs.Var(meta, "metadata", "K=V metadata (repeatable)")
+		fs.Var(envs, "env", "environment of every command (repeatable)")
+		fs.Var(meta, "metadata", "metadata (repeatable)")
+	}, func(ctx context.Context, cl *call) error {
+		return createSandbox(ctx, env, cl, req, envs, meta)
 	})
-	if err != nil {
-		return err
-	}
+}
+
+func createSandbox(ctx context.Context, env *Env, cl *call, req apiv1.CreateSandboxRequest, envs, meta kv) error {
 	if len(envs) > 0 {
 		req.Env = envs
 	}
@@ -72,22 +76,22 @@ func opFailure(op *apiv1.Operation) error {
 	return fmt.Errorf("operation %s %s: %w", op.ID, op.State, errdefs.ErrInternal)
 }
 
-func sandboxList(ctx context.Context, args []string, env *Env) error {
-	var state *string
+func sandboxList(env *Env) *cobra.Command {
+	var state string
 	meta := kv{}
-	cl, err := start("sandbox list", args, func(fs *flag.FlagSet) {
-		state = fs.String("state", "", "only these states (comma-separated)")
-		fs.Var(meta, "metadata", "K=V metadata match (repeatable)")
-	})
-	if err != nil {
-		return err
-	}
+	return command(env, "sandbox list", func(fs *pflag.FlagSet) {
+		fs.StringVar(&state, "state", "", "only these states (comma-separated)")
+		fs.Var(meta, "metadata", "metadata match (repeatable)")
+	}, func(ctx context.Context, cl *call) error { return listSandboxes(ctx, env, cl, state, meta) })
+}
+
+func listSandboxes(ctx context.Context, env *Env, cl *call, state string, meta kv) error {
 	c, err := env.client()
 	if err != nil {
 		return err
 	}
 	all := []apiv1.Sandbox{}
-	f := client.SandboxFilter{State: *state, Metadata: meta, Page: client.Page{Size: 200}}
+	f := client.SandboxFilter{State: state, Metadata: meta, Page: client.Page{Size: 200}}
 	for {
 		l, err := c.ListSandboxes(ctx, f)
 		if err != nil {
@@ -111,11 +115,11 @@ func sandboxList(ctx context.Context, args []string, env *Env) error {
 	return tw.Flush()
 }
 
-func sandboxGet(ctx context.Context, args []string, env *Env) error {
-	cl, err := start("sandbox get", args, nil)
-	if err != nil {
-		return err
-	}
+func sandboxGet(env *Env) *cobra.Command {
+	return command(env, "sandbox get", nil, func(ctx context.Context, cl *call) error { return getSandbox(ctx, env, cl) })
+}
+
+func getSandbox(ctx context.Context, env *Env, cl *call) error {
 	c, err := env.client()
 	if err != nil {
 		return err
@@ -142,27 +146,29 @@ func sandboxGet(ctx context.Context, args []string, env *Env) error {
 	return tw.Flush()
 }
 
-func sandboxDelete(ctx context.Context, args []string, env *Env) error {
-	cl, err := start("sandbox delete", args, nil)
-	if err != nil {
-		return err
-	}
-	c, err := env.client()
-	if err != nil {
-		return err
-	}
-	op, err := c.DeleteSandbox(ctx, cl.pos[0])
-	if err != nil {
-		return err
-	}
-	return finishOp(ctx, c, env, op, cl.noWait, cl.json)
+func sandboxDelete(env *Env) *cobra.Command {
+	return command(env, "sandbox delete", nil, func(ctx context.Context, cl *call) error {
+		c, err := env.client()
+		if err != nil {
+			return err
+		}
+		op, err := c.DeleteSandbox(ctx, cl.pos[0])
+		if err != nil {
+			return err
+		}
+		return finishOp(ctx, c, env, op, cl.noWait, cl.json)
+	})
 }
 
-func opGet(ctx context.Context, args []string, env *Env, wait bool) error {
-	cl, err := start("op", args, nil)
-	if err != nil {
-		return err
+func opGet(env *Env, wait bool) *cobra.Command {
+	name := "op get"
+	if wait {
+		name = "op wait"
 	}
+	return command(env, name, nil, func(ctx context.Context, cl *call) error { return getOp(ctx, env, cl, wait) })
+}
+
+func getOp(ctx context.Context, env *Env, cl *call, wait bool) error {
 	c, err := env.client()
 	if err != nil {
 		return err
@@ -187,65 +193,6 @@ func opGet(ctx context.Context, args []string, env *Env, wait bool) error {
 	}
 	if wait && op.State != apiv1.OpSucceeded {
 		return exitError{1}
-	}
-	return nil
-}
-
-func admin(ctx context.Context, args []string, env *Env) error {
-	if len(args) < 2 {
-		return usagef("want admin tenant create | admin key create | admin key delete")
-	}
-	what := args[0] + " " + args[1]
-	fs := flag.NewFlagSet("admin "+what, flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	adminKey := fs.Bool("admin", false, "make an admin key")
-	pos, _, err := parse(fs, args[2:])
-	if err != nil {
-		return err
-	}
-	c, err := env.client()
-	if err != nil {
-		return err
-	}
-	switch what {
-	case "tenant create":
-		if err := wantArgs(pos, 1, "a tenant name"); err != nil {
-			return err
-		}
-		t, err := c.CreateTenant(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(env.Stdout, t)
-		}
-		fmt.Fprintln(env.Stdout, t.ID)
-	case "key create":
-		if err := wantArgs(pos, 1, "a tenant name"); err != nil {
-			return err
-		}
-		k, err := c.CreateKey(ctx, pos[0], *adminKey)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(env.Stdout, k)
-		}
-		fmt.Fprintf(env.Stderr, "key %s for tenant %s (shown only now):\n", k.ID, k.Tenant)
-		fmt.Fprintln(env.Stdout, k.Key)
-	case "key delete":
-		if err := wantArgs(pos, 1, "a key ID"); err != nil {
-			return err
-		}
-		if err := c.DeleteKey(ctx, pos[0]); err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(env.Stdout, map[string]string{"id": pos[0], "state": "revoked"})
-		}
-		fmt.Fprintln(env.Stdout, pos[0], "revoked")
-	default:
-		return usagef("unknown command admin %s", what)
 	}
 	return nil
 }

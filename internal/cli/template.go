@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/client"
@@ -22,45 +24,48 @@ type strList []string
 
 func (l *strList) String() string     { return strings.Join(*l, ",") }
 func (l *strList) Set(v string) error { *l = append(*l, v); return nil }
+func (l *strList) Type() string       { return "string" }
+
+// buildOpts are template build's own flags.
+type buildOpts struct {
+	fromOCI, image, fromRootfs, suite, script, recipe string
+	packages                                          strList
+	defaults                                          apiv1.TemplateDefaults
+	env                                               kv
+	noCache                                           bool
+}
 
 // templateBuild starts a build and follows it: the build log on stdout, a
 // progress bar on stderr each time the progress changes.
-func templateBuild(ctx context.Context, args []string, env *Env) error {
-	var fromOCI *string
-	var image *string
-	var fromRootfs *string
-	var suite *string
-	var packages strList
-	var script *string
-	var recipe *string
-	var d apiv1.TemplateDefaults
-	envs := kv{}
-	var noCache *bool
-	cl, err := start("template build", args, func(fs *flag.FlagSet) {
-		fromOCI = fs.String("from-oci", "", "OCI image layout dir or docker-save/OCI tar on the server host")
-		image = fs.String("image", "", "registry image reference (oci)")
-		fromRootfs = fs.String("from-rootfs", "", "rootfs tar or directory on the server host")
-		suite = fs.String("debian", "", "Debian suite to build with mmdebstrap (e.g. bookworm)")
-		fs.Var(&packages, "package", "Debian package to install (repeatable)")
-		script = fs.String("script", "", "file with a setup script run in the image (admin keys only)")
-		recipe = fs.String("recipe", "", "JSON recipe file (the POST /v1/templates body, e.g. templates/python.json)")
+func templateBuild(env *Env) *cobra.Command {
+	o := &buildOpts{env: kv{}}
+	d := &o.defaults
+	return command(env, "template build", func(fs *pflag.FlagSet) {
+		fs.StringVar(&o.fromOCI, "from-oci", "", "OCI image layout dir or docker-save/OCI tar on the server host")
+		fs.StringVar(&o.image, "image", "", "registry image reference (oci)")
+		fs.StringVar(&o.fromRootfs, "from-rootfs", "", "rootfs tar or directory on the server host")
+		fs.StringVar(&o.suite, "debian", "", "Debian suite to build with mmdebstrap (e.g. bookworm)")
+		fs.Var(&o.packages, "package", "Debian package to install (repeatable)")
+		fs.StringVar(&o.script, "script", "", "file with a setup script run in the image (admin keys only)")
+		fs.StringVar(&o.recipe, "recipe", "", "JSON recipe file (the POST /v1/templates body, e.g. templates/python.json)")
 		fs.IntVar(&d.VCPUs, "vcpus", 0, "default vCPUs")
 		fs.IntVar(&d.MemoryMiB, "memory-mib", 0, "default memory in MiB")
 		fs.IntVar(&d.DiskMiB, "disk-mib", 0, "default root disk in MiB")
 		fs.StringVar(&d.Workdir, "workdir", "", "default working directory of commands")
 		fs.StringVar(&d.User, "user", "", "default user of commands")
-		fs.Var(envs, "env", "K=V default environment (repeatable)")
-		noCache = fs.Bool("no-cache", false, "rebuild even when the inputs are unchanged")
-	})
-	if err != nil {
-		return err
-	}
-	if len(cl.pos) > 1 || (len(cl.pos) == 0 && *recipe == "") {
+		fs.Var(o.env, "env", "default environment (repeatable)")
+		fs.BoolVar(&o.noCache, "no-cache", false, "rebuild even when the inputs are unchanged")
+	}, func(ctx context.Context, cl *call) error { return build(ctx, env, cl, o) })
+}
+
+func build(ctx context.Context, env *Env, cl *call, o *buildOpts) error {
+	d := o.defaults
+	if len(cl.pos) > 1 || (len(cl.pos) == 0 && o.recipe == "") {
 		return usagef("want template build NAME (--from-oci PATH | --image REF | --from-rootfs PATH | --debian SUITE | --recipe FILE)")
 	}
 	var req apiv1.CreateTemplateRequest
 	sources := 0
-	for _, set := range []bool{*fromOCI != "", *image != "", *fromRootfs != "", *suite != "", *recipe != ""} {
+	for _, set := range []bool{o.fromOCI != "", o.image != "", o.fromRootfs != "", o.suite != "", o.recipe != ""} {
 		if set {
 			sources++
 		}
@@ -70,34 +75,34 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 	}
 	abs := func(p string) (string, error) { return filepath.Abs(p) }
 	switch {
-	case *recipe != "":
-		r, err := loadRecipe(*recipe)
+	case o.recipe != "":
+		r, err := loadRecipe(o.recipe)
 		if err != nil {
 			return err
 		}
 		req = r
-	case *fromOCI != "":
-		p, err := abs(*fromOCI)
+	case o.fromOCI != "":
+		p, err := abs(o.fromOCI)
 		if err != nil {
 			return err
 		}
 		req.Source = apiv1.TemplateSource{Type: apiv1.SourceOCI, Path: p}
-	case *image != "":
-		req.Source = apiv1.TemplateSource{Type: apiv1.SourceOCI, Image: *image}
-	case *fromRootfs != "":
-		p, err := abs(*fromRootfs)
+	case o.image != "":
+		req.Source = apiv1.TemplateSource{Type: apiv1.SourceOCI, Image: o.image}
+	case o.fromRootfs != "":
+		p, err := abs(o.fromRootfs)
 		if err != nil {
 			return err
 		}
 		req.Source = apiv1.TemplateSource{Type: apiv1.SourceRootfs, Path: p}
-	case *suite != "":
-		req.Source = apiv1.TemplateSource{Type: apiv1.SourceDebian, Suite: *suite, Packages: packages}
+	case o.suite != "":
+		req.Source = apiv1.TemplateSource{Type: apiv1.SourceDebian, Suite: o.suite, Packages: o.packages}
 	}
-	if *script != "" {
+	if o.script != "" {
 		if req.Source.Type != apiv1.SourceDebian {
 			return usagef("--script goes with --debian or a debian recipe")
 		}
-		b, err := os.ReadFile(*script)
+		b, err := os.ReadFile(o.script)
 		if err != nil {
 			return err
 		}
@@ -106,8 +111,8 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 	if len(cl.pos) == 1 {
 		req.Name = cl.pos[0]
 	}
-	if len(envs) > 0 {
-		d.Env = envs
+	if len(o.env) > 0 {
+		d.Env = o.env
 	}
 	if d.VCPUs != 0 || d.MemoryMiB != 0 || d.DiskMiB != 0 || d.Workdir != "" || d.User != "" || d.Env != nil {
 		if req.Defaults == nil {
@@ -115,7 +120,7 @@ func templateBuild(ctx context.Context, args []string, env *Env) error {
 		}
 		mergeDefaults(req.Defaults, d)
 	}
-	req.NoCache = *noCache
+	req.NoCache = o.noCache
 	c, err := env.client()
 	if err != nil {
 		return err
@@ -296,11 +301,11 @@ func bar(percent int, step string) string {
 
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 
-func templateList(ctx context.Context, args []string, env *Env) error {
-	cl, err := start("template list", args, nil)
-	if err != nil {
-		return err
-	}
+func templateList(env *Env) *cobra.Command {
+	return command(env, "template list", nil, func(ctx context.Context, cl *call) error { return listTemplates(ctx, env, cl) })
+}
+
+func listTemplates(ctx context.Context, env *Env, cl *call) error {
 	c, err := env.client()
 	if err != nil {
 		return err
@@ -331,33 +336,29 @@ func shortDigest(d string) string {
 	return d
 }
 
-func templateGet(ctx context.Context, args []string, env *Env) error {
-	cl, err := start("template get", args, nil)
-	if err != nil {
-		return err
-	}
-	c, err := env.client()
-	if err != nil {
-		return err
-	}
-	t, err := c.GetTemplate(ctx, cl.pos[0])
-	if err != nil {
-		return err
-	}
-	return printJSON(env.Stdout, t)
+func templateGet(env *Env) *cobra.Command {
+	return command(env, "template get", nil, func(ctx context.Context, cl *call) error {
+		c, err := env.client()
+		if err != nil {
+			return err
+		}
+		t, err := c.GetTemplate(ctx, cl.pos[0])
+		if err != nil {
+			return err
+		}
+		return printJSON(env.Stdout, t)
+	})
 }
 
-func templateDelete(ctx context.Context, args []string, env *Env) error {
-	var force *bool
-	cl, err := start("template delete", args, func(fs *flag.FlagSet) {
-		force = fs.Bool("force", false, "delete even while sandboxes or checkpoints use it")
+func templateDelete(env *Env) *cobra.Command {
+	var force bool
+	return command(env, "template delete", func(fs *pflag.FlagSet) {
+		fs.BoolVar(&force, "force", false, "delete even while sandboxes or checkpoints use it")
+	}, func(ctx context.Context, cl *call) error {
+		c, err := env.client()
+		if err != nil {
+			return err
+		}
+		return c.DeleteTemplate(ctx, cl.pos[0], force)
 	})
-	if err != nil {
-		return err
-	}
-	c, err := env.client()
-	if err != nil {
-		return err
-	}
-	return c.DeleteTemplate(ctx, cl.pos[0], *force)
 }

@@ -72,7 +72,7 @@ func TestImports(t *testing.T) {
 	// The client side links nothing of the server: the CLI binary and the
 	// Go client stay small and safe to vendor.
 	clientSide := []string{"cmd/space", "internal/cli", "internal/client", "internal/mcp"}
-	clientMay := []string{"internal/api/apiv1", "internal/errdefs", "internal/strictjson", "internal/client", "internal/cli", "internal/mcp"}
+	clientMay := []string{"internal/api/apiv1", "internal/errdefs", "internal/strictjson", "internal/client", "internal/cli", "internal/mcp", "internal/version"}
 	// The guest agent links only the protocol and the error taxonomy.
 	agentSide := []string{"cmd/space-agent", "internal/agent"}
 	agentMay := []string{"internal/agent", "internal/agentproto", "internal/errdefs"}
@@ -93,6 +93,8 @@ func TestImports(t *testing.T) {
 		// A keyed lock is a leaf, and so are the per-sandbox budgets.
 		{who: []string{"internal/keylock"}, onlyOf: []string{}},
 		{who: []string{"internal/budget"}, onlyOf: []string{}},
+		// What a build says of itself is a leaf every binary links.
+		{who: []string{"internal/version"}, onlyOf: []string{}},
 		// Cluster mode's Kubernetes side is the Worker contract seen from
 		// Kubernetes: it knows nothing of the API, the store or operations.
 		{who: []string{"internal/cluster"}, mayNot: []string{"internal/api", "internal/sandbox", "internal/store", "internal/operation", "internal/server"}},

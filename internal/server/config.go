@@ -75,7 +75,7 @@ func ParseFlags(args []string) (Config, error) {
 	flags.registerAPI(fs, "store: empty for <data-dir>/space.db (SQLite), or a postgres:// or postgresql:// URL "+
 		"(PostgreSQL, shared by control replicas); default $"+StoreEnv+", which keeps a password off the command line")
 	flags.registerHost(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return Config{}, err
 	}
 	if cfg.MaxConnsPerClient < 0 {

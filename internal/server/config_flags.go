@@ -65,7 +65,7 @@ func (f *configFlags) registerHost(fs *flag.FlagSet) {
 	f.host = true
 	fs.Var(&f.egressCAs, "egress-ca-file", "PEM CA certificates the egress proxy trusts for upstreams, besides the system store (repeatable)")
 	fs.StringVar(&cfg.Accel, "accel", "auto", "VM acceleration: auto (KVM if a probe VM boots, else TCG), kvm or tcg")
-	fs.StringVar(&cfg.KernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (filled by `make setup`)")
+	fs.StringVar(&cfg.KernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (filled by make setup)")
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into guests")
 	fs.StringVar(&cfg.QEMUBinary, "qemu", "", "qemu-system-x86_64 binary (default: from PATH)")
 	fs.StringVar(&cfg.VMM, "vmm", "qemu", "VMM that runs sandboxes: qemu, or firecracker (needs KVM)")

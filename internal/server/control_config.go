@@ -91,7 +91,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	registerObjectGCFlags(fs, &cfg.ObjectGC)
 	registerDrainFlags(fs, &cfg.Drain)
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into built templates")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return ControlConfig{}, err
 	}
 	if err := flags.finish(fs); err != nil {

@@ -39,7 +39,7 @@ func ParseWorkerFlags(args []string) (WorkerConfig, error) {
 	flags.registerHost(fs)
 	registerNodeFlags(fs, &cfg.Node)
 	registerObjectStoreFlags(fs, &cfg.ObjectStore)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return WorkerConfig{}, err
 	}
 	if err := flags.finish(fs); err != nil {

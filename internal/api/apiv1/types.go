@@ -310,6 +310,19 @@ type FeatureList struct {
 	Features []Feature `json:"features"`
 }
 
+// Version answers GET /v1/version: which build of SPACE serves.
+type Version struct {
+	// Version is the release (set at link time) or the module version;
+	// "devel" for a build that says neither.
+	Version string `json:"version"`
+	// Commit is the source revision; "unknown" when the build did not
+	// record it.
+	Commit    string `json:"commit"`
+	GoVersion string `json:"go_version"`
+	// API is the HTTP API version served ("v1").
+	API string `json:"api"`
+}
+
 // Tenant is an isolated owner of objects.
 type Tenant struct {
 	ID        string    `json:"id"`
