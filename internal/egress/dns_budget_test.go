@@ -147,7 +147,7 @@ func TestDNSFloodRefusedCalmSandboxAnswers(t *testing.T) {
 	res := newCountingResolver()
 	t.Cleanup(func() { close(res.release) })
 	m := newBudgetMetrics()
-	const inFlight, flood = 4, 200
+	const inFlight, flood = 4, 100 // well within loopback's socket buffers
 	svc := New(Config{Resolver: res, DNSQueries: inFlight, Budgets: m.Metrics, LookupTimeout: time.Minute,
 		LookupRate: 1e6, LookupBurst: 1e6})
 	floodUDP, _ := loopSandbox(t, svc, "flood", wildPolicy)
@@ -156,11 +156,17 @@ func TestDNSFloodRefusedCalmSandboxAnswers(t *testing.T) {
 	c, err := net.Dial("udp4", floodUDP)
 	must(t, err)
 	defer c.Close()
-	for i := range flood {
-		if _, err := c.Write(queryBytes(t, uint16(i), fmt.Sprintf("n%d.slow.test.", i))); err != nil {
-			t.Fatal(err)
-		}
+	queries := make([][]byte, flood)
+	for i := range queries {
+		queries[i] = queryBytes(t, uint16(i), fmt.Sprintf("n%d.slow.test.", i))
 	}
+	go func() { // while the answers are read
+		for _, q := range queries {
+			if _, err := c.Write(q); err != nil {
+				return
+			}
+		}
+	}()
 	refused := 0
 	buf := make([]byte, 1500)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
