@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 	// number that another test process of this package could also pick:
 	// one process at a time per machine (the lock goes with the process).
 	// A fuzz worker is a child of a test process that holds the lock
-	// already and runs no envs (only FuzzParsePolicy): it must not wait.
+	// already and runs no envs (fuzz targets make none): it must not wait.
 	flag.Parse()
 	var lock *os.File
 	if f := flag.Lookup("test.fuzzworker"); f == nil || f.Value.String() != "true" {

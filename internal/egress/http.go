@@ -23,7 +23,8 @@ const httpIdle = 5 * time.Minute
 // g is the guest's side: the raw connection for plain HTTP, or the
 // terminated TLS connection when intercepting (secure), in which case each
 // upstream is reached over TLS verified for the request's Host.
-func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
+// br reads g through lim, which bounds each request's header.
+func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, lim *readLimit, secure bool) {
 	sb := c.sb
 	port := c.dst.Port()
 	kind := "http"
@@ -32,6 +33,7 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 	}
 	var up net.Conn
 	var upBR *bufio.Reader
+	var upLim *readLimit
 	var upName, upAddr string
 	// One writer each way for the connection's life, not one per request:
 	// a request's header goes upstream in one write, a response's header
@@ -44,17 +46,26 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 		}
 	}()
 	for {
-		_ = g.SetReadDeadline(time.Now().Add(httpIdle))
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		// A kept-alive connection may idle between requests; once a
+		// request has begun, its header must come whole, and soon.
+		if br.Buffered() == 0 {
+			_ = g.SetReadDeadline(time.Now().Add(httpIdle))
+			if _, err := br.Peek(1); err != nil {
+				return
+			}
+		}
+		_ = g.SetReadDeadline(time.Now().Add(sb.svc.cfg.HeaderTimeout))
+		req, code, why := readRequest(br, lim, sb.svc.cfg.MaxHeaderBytes)
+		if req == nil {
+			if code != 0 {
+				sb.record(Record{Kind: kind, Destination: c.dst.String(), Rule: why})
+				writeStatus(g, nil, code, "egress: "+why+"\n")
+				hangUp(g)
+			}
 			return
 		}
 		_ = g.SetReadDeadline(time.Time{})
-		host := req.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		name := normalizeName(host)
+		host, name := requestName(req)
 		r := sb.rules.Load()
 		rec := Record{Kind: kind, Destination: net.JoinHostPort(host, strconv.Itoa(int(port)))}
 		if name == "" {
@@ -95,7 +106,8 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 				conn.Close()
 				return
 			}
-			up, upBR, upName, upAddr = conn, bufio.NewReader(&countReader{r: conn, n: &c.in}), name, addr
+			upLim = &readLimit{r: &countReader{r: conn, n: &c.in}, n: -1}
+			up, upBR, upName, upAddr = conn, bufio.NewReader(upLim), name, addr
 			upW.Reset(&countWriter{w: conn, n: &c.out})
 		}
 		rec.Upstream = upAddr
@@ -110,7 +122,7 @@ func (c *proxyConn) serveHTTP(g net.Conn, br *bufio.Reader, secure bool) {
 		rec.Allowed = true
 		out0, in0 := c.out.Load(), c.in.Load()
 		p := sb.record(rec)
-		keep := c.roundTrip(g, gw, req, br, up, upW, upBR, secrets)
+		keep := c.roundTrip(g, gw, req, br, up, upW, upBR, upLim, secrets)
 		sb.audit.update(p, c.out.Load()-out0, c.in.Load()-in0)
 		if !keep {
 			return
@@ -154,9 +166,10 @@ func (c *proxyConn) inject(ctx context.Context, r *rules, name string, req *http
 }
 
 // roundTrip sends req upstream through upW (up's writer, empty) and streams
-// the response back through gw (g's writer, empty), scrubbed. It reports
+// the response back through gw (g's writer, empty), scrubbed; upBR reads
+// up through upLim, which bounds the response's header. It reports
 // whether the guest connection may carry another request.
-func (c *proxyConn) roundTrip(g net.Conn, gw *bufio.Writer, req *http.Request, guestBR *bufio.Reader, up net.Conn, upW *bufio.Writer, upBR *bufio.Reader, secrets []string) bool {
+func (c *proxyConn) roundTrip(g net.Conn, gw *bufio.Writer, req *http.Request, guestBR *bufio.Reader, up net.Conn, upW *bufio.Writer, upBR *bufio.Reader, upLim *readLimit, secrets []string) bool {
 	req.Header.Del("Expect") // no 100-continue dance through the proxy
 	req.Header.Del("Proxy-Connection")
 	// (Request.Write on a *bufio.Writer leaves the flush to its caller; a
@@ -165,9 +178,16 @@ func (c *proxyConn) roundTrip(g net.Conn, gw *bufio.Writer, req *http.Request, g
 		writeStatus(g, req, http.StatusBadGateway, "egress: upstream write failed\n")
 		return false
 	}
+	upLim.header(c.sb.svc.cfg.MaxHeaderBytes, upBR.Buffered())
 	resp, err := http.ReadResponse(upBR, req)
+	tooLarge := upLim.hit
+	upLim.unlimited()
 	if err != nil {
-		writeStatus(g, req, http.StatusBadGateway, "egress: bad upstream response\n")
+		msg := "egress: bad upstream response\n"
+		if tooLarge {
+			msg = "egress: upstream response header too large\n"
+		}
+		writeStatus(g, req, http.StatusBadGateway, msg)
 		return false
 	}
 	defer resp.Body.Close()

@@ -155,7 +155,8 @@ func isTimeout(err error) bool {
 }
 
 func TestConnectionLimit(t *testing.T) {
-	e := newEnv(t, allowAllowed) // MaxConns 8
+	m := newBudgetMetrics()
+	e := newEnvWith(t, allowAllowed, func(_ *env, c *Config) { c.Budgets = m.Metrics }) // MaxConns 8
 	var held []net.Conn
 	for i := 0; i < 8; i++ {
 		c, err := e.dial(context.Background(), "tcp4", e.addrA.String()+":80")
@@ -173,6 +174,9 @@ func TestConnectionLimit(t *testing.T) {
 	}
 	if r := e.lastRecord("tcp"); r.Rule != "connection limit" {
 		t.Fatalf("audit %+v", r)
+	}
+	if got := m.exhausted(t, budgetConns); got != 1 {
+		t.Fatalf("exhausted{%s} = %v, want 1", budgetConns, got)
 	}
 }
 

@@ -47,7 +47,8 @@ func (c *proxyConn) intercept(name string, br *bufio.Reader) {
 		return
 	}
 	_ = c.guest.SetDeadline(time.Time{})
-	c.serveHTTP(g, bufio.NewReaderSize(g, 64<<10), true)
+	lim := &readLimit{r: g, n: -1}
+	c.serveHTTP(g, bufio.NewReaderSize(lim, 64<<10), lim, true)
 	_ = g.Close()
 }
 

@@ -44,9 +44,8 @@ func (sb *sandbox) serveProxy() {
 			}
 			return
 		}
-		select {
-		case sb.slots <- struct{}{}:
-		default:
+		release, ok := sb.svc.conns.TryAcquire(sb.id)
+		if !ok {
 			sb.record(Record{Kind: "tcp", Destination: c.LocalAddr().String(), Rule: "connection limit"})
 			c.Close()
 			continue
@@ -63,7 +62,7 @@ func (sb *sandbox) serveProxy() {
 				sb.mu.Lock()
 				delete(sb.conns, pc)
 				sb.mu.Unlock()
-				<-sb.slots
+				release()
 			}()
 			pc.handle()
 		}()
@@ -132,7 +131,8 @@ func (c *proxyConn) handle() {
 		c.forwardRaw(dst, rule)
 		return
 	}
-	br := bufio.NewReaderSize(c.guest, 64<<10)
+	lim := &readLimit{r: c.guest, n: -1}
+	br := bufio.NewReaderSize(lim, 64<<10)
 	_ = c.guest.SetReadDeadline(time.Now().Add(sb.svc.cfg.PeekTimeout))
 	first, err := br.Peek(1)
 	if err != nil {
@@ -159,7 +159,7 @@ func (c *proxyConn) handle() {
 		return
 	}
 	if looksLikeHTTP(br) {
-		c.serveHTTP(c.guest, br, false)
+		c.serveHTTP(c.guest, br, lim, false)
 		return
 	}
 	_ = c.guest.SetReadDeadline(time.Time{})
@@ -237,12 +237,16 @@ func (c *proxyConn) forwardNamed(kind, name string, port uint16, br *bufio.Reade
 // resolve returns the addresses the platform would connect to for name:
 // IPv4, not forbidden, not in a denied CIDR.
 func (sb *sandbox) resolve(ctx context.Context, r *rules, name string) ([]netip.Addr, string) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	addrs, err := sb.svc.cfg.Resolver.LookupNetIP(ctx, "ip4", name)
-	if err != nil || len(addrs) == 0 {
-		return nil, "name does not resolve"
+	addrs, _, err := sb.lookup(ctx, name)
+	if err != nil {
+		return nil, err.Error()
 	}
+	return sb.usable(r, addrs)
+}
+
+// usable are those of addrs the platform would connect to, or none and
+// the audit rule why.
+func (sb *sandbox) usable(r *rules, addrs []netip.Addr) ([]netip.Addr, string) {
 	var ok []netip.Addr
 	why := "forbidden address"
 	for _, a := range addrs {
@@ -330,15 +334,26 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 
 var errGotHello = errors.New("client hello read")
 
+// maxHelloRecord is the largest TLS record a ClientHello may come in: a
+// plaintext record holds at most 2^14 bytes (RFC 8446, 5.1).
+const maxHelloRecord = 1 << 14
+
+var errHelloRecord = errors.New("TLS record too long for a client hello")
+
 // peekSNI reads the server name from a ClientHello sitting in br without
 // consuming it, by running the standard library's handshake parser over a
-// copy of the first record and stopping right after the hello.
+// copy of the first record and stopping right after the hello. It reads
+// at most one record (maxHelloRecord); the caller's read deadline bounds
+// the wait.
 func peekSNI(br *bufio.Reader) (string, error) {
 	hdr, err := br.Peek(5)
 	if err != nil {
 		return "", err
 	}
 	n := int(hdr[3])<<8 | int(hdr[4])
+	if n > maxHelloRecord {
+		return "", errHelloRecord
+	}
 	rec, err := br.Peek(5 + n)
 	if err != nil {
 		return "", err

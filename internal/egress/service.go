@@ -4,7 +4,8 @@
 // and other TCP by CIDR, always connecting to the address the platform
 // resolved rather than one the guest chose, injection of credentials into
 // plain-HTTP requests for matching domains with the secret scrubbed from what
-// flows back, per-sandbox connection limits, and an audit ring per sandbox.
+// flows back, per-sandbox budgets on what a guest can make the host hold or
+// do (budgets.go), and an audit ring per sandbox.
 //
 // With a per-deployment CA (Config.CA, see LoadOrCreateCA) it also injects
 // into HTTPS: TLS whose SNI names a domain with inject rules is terminated
@@ -29,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -54,6 +56,29 @@ type Config struct {
 	Forbidden []netip.Prefix
 	// MaxConns caps a sandbox's concurrent proxied connections (default 256).
 	MaxConns int
+	// MaxHeaderBytes bounds an HTTP request's header from the guest and a
+	// response's header from an upstream (default 64 KiB).
+	MaxHeaderBytes int
+	// HeaderTimeout bounds the read of a request's header once its first
+	// byte has come (default 10 s).
+	HeaderTimeout time.Duration
+	// DNSQueries caps a sandbox's DNS queries being answered at once, over
+	// UDP and TCP (default 32).
+	DNSQueries int
+	// DNSTCPConns caps a sandbox's open DNS-over-TCP connections (default 8).
+	DNSTCPConns int
+	// DNSCacheSize is how many names each sandbox's lookup cache keeps
+	// (default 256); an entry lives DNSTTL.
+	DNSCacheSize int
+	// LookupRate and LookupBurst bound a sandbox's lookups that reach the
+	// host's resolver (cache misses), per second (default 20, burst 50).
+	LookupRate  float64
+	LookupBurst int
+	// LookupTimeout bounds one lookup by the host's resolver (default 3 s).
+	LookupTimeout time.Duration
+	// Budgets are the metrics the per-sandbox budgets are counted in
+	// (space_guest_budget_*; nil: counted, served nowhere).
+	Budgets *budget.Metrics
 	// AuditSize is how many records each sandbox keeps (default 1024).
 	AuditSize int
 	// PeekTimeout bounds the wait for a guest's first bytes (default 10 s).
@@ -84,6 +109,7 @@ type Service struct {
 	log   *slog.Logger
 	guard *guard
 	roots *x509.CertPool // nil: the system store
+	budgets
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -95,7 +121,10 @@ func New(cfg Config) *Service {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Resolver == nil {
-		cfg.Resolver = net.DefaultResolver
+		// The pure Go resolver (files, then DNS): a lookup ends when its
+		// context does, where one through the C library would hold a
+		// thread past LookupTimeout.
+		cfg.Resolver = &net.Resolver{PreferGo: true}
 	}
 	if cfg.Dial == nil {
 		d := &net.Dialer{Timeout: 10 * time.Second}
@@ -103,6 +132,30 @@ func New(cfg Config) *Service {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 256
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = 64 << 10
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = 10 * time.Second
+	}
+	if cfg.DNSQueries <= 0 {
+		cfg.DNSQueries = 32
+	}
+	if cfg.DNSTCPConns <= 0 {
+		cfg.DNSTCPConns = 8
+	}
+	if cfg.DNSCacheSize <= 0 {
+		cfg.DNSCacheSize = 256
+	}
+	if cfg.LookupRate <= 0 {
+		cfg.LookupRate = 20
+	}
+	if cfg.LookupBurst <= 0 {
+		cfg.LookupBurst = 50
+	}
+	if cfg.LookupTimeout <= 0 {
+		cfg.LookupTimeout = 3 * time.Second
 	}
 	if cfg.AuditSize <= 0 {
 		cfg.AuditSize = 1024
@@ -114,7 +167,7 @@ func New(cfg Config) *Service {
 		cfg.DNSTTL = 5 * time.Second
 	}
 	return &Service{cfg: cfg, log: cfg.Logger, guard: &guard{extra: cfg.Forbidden}, roots: cfg.UpstreamRoots,
-		sandboxes: map[string]*sandbox{}}
+		budgets: newBudgets(cfg), sandboxes: map[string]*sandbox{}}
 }
 
 // TrustedCA is the PEM certificate guests must trust for HTTPS credential
@@ -138,10 +191,11 @@ type sandbox struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	slots   chan struct{}
+	lookups *lookups
 
-	mu    sync.Mutex
-	conns map[*proxyConn]struct{}
+	mu       sync.Mutex
+	conns    map[*proxyConn]struct{}
+	dnsConns map[net.Conn]struct{}
 }
 
 // Attach starts serving sandbox id's listeners under policy p. secrets
@@ -163,7 +217,7 @@ func (s *Service) Attach(ctx context.Context, id string, ls Listeners, p Policy,
 	sb := &sandbox{
 		id: id, svc: s, log: s.log.With("sandbox", id), secrets: secrets,
 		audit: newRing(s.cfg.AuditSize), ls: ls, ctx: sctx, cancel: cancel,
-		slots: make(chan struct{}, s.cfg.MaxConns), conns: map[*proxyConn]struct{}{},
+		lookups: newLookups(s.cfg), conns: map[*proxyConn]struct{}{}, dnsConns: map[net.Conn]struct{}{},
 	}
 	sb.rules.Store(r)
 	s.mu.Lock()
@@ -176,8 +230,8 @@ func (s *Service) Attach(ctx context.Context, id string, ls Listeners, p Policy,
 	s.mu.Unlock()
 	sb.wg.Add(3)
 	go func() { defer sb.wg.Done(); sb.serveProxy() }()
-	go func() { defer sb.wg.Done(); sb.serveDNS(ls.DNSUDP, nil) }()
-	go func() { defer sb.wg.Done(); sb.serveDNS(nil, ls.DNSTCP) }()
+	go func() { defer sb.wg.Done(); sb.serveDNSUDP(ls.DNSUDP) }()
+	go func() { defer sb.wg.Done(); sb.serveDNSTCP(ls.DNSTCP) }()
 	return nil
 }
 
@@ -243,6 +297,9 @@ func (s *Service) Detach(ctx context.Context, id string) error {
 	sb.mu.Lock()
 	for c := range sb.conns {
 		c.kill()
+	}
+	for c := range sb.dnsConns {
+		c.Close()
 	}
 	sb.mu.Unlock()
 	sb.wg.Wait()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api"
+	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/secrets"
@@ -31,7 +32,7 @@ type netParts struct {
 // the egress_https_inject gate on it also opens the egress CA
 // (<data-dir>/egress-ca.{crt,key}, created at first start). close stops
 // them (after the worker is closed: sandboxes keep their namespaces).
-func startNetwork(ctx context.Context, cfg Config, db store.Store, log *slog.Logger) (netParts, func(), error) {
+func startNetwork(ctx context.Context, cfg Config, db store.Store, budgets *budget.Metrics, log *slog.Logger) (netParts, func(), error) {
 	dataDir := cfg.DataDir
 	key, err := secrets.LoadKey(filepath.Join(dataDir, secrets.KeyFile))
 	if err != nil {
@@ -63,6 +64,7 @@ func startNetwork(ctx context.Context, cfg Config, db store.Store, log *slog.Log
 		Forbidden:     []netip.Prefix{network.GuestPrefix},
 		CA:            ca,
 		UpstreamRoots: roots,
+		Budgets:       budgets,
 	})
 	closeAll := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

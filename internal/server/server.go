@@ -14,6 +14,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker/local"
@@ -48,13 +49,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		log.Info("admin API key", "path", keyPath)
 	}
 
-	nets, closeNet, err := startNetwork(ctx, cfg, db, log)
+	// One set of per-sandbox budget series (space_guest_budget_*) for
+	// every host-side reader of guest data, served with the API's.
+	metrics := api.NewMetrics()
+	budgets := budget.NewMetrics(metrics.Registry)
+	nets, closeNet, err := startNetwork(ctx, cfg, db, budgets, log)
 	if err != nil {
 		return err
 	}
 	td.add(closeNet)
 
-	metrics := api.NewMetrics()
 	wk, err := local.New(ctx, local.Config{
 		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
 		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout,
