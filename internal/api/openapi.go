@@ -207,10 +207,11 @@ func (s *Server) openAPI() obj {
 			"description": "Sandboxed Platform for Agentic Code Execution. Errors are {\"error\":{code,message,details}}: " +
 				"invalid_argument 400 (details.fields names the fields), unauthenticated 401, permission_denied 403, " +
 				"not_found 404 (also for other tenants' objects), conflict 409 (wrong state: details.state), " +
-				"failed_precondition 412, payload_too_large 413, resource_exhausted 429, internal 500, unavailable 503. " +
+				"failed_precondition 412, payload_too_large 413, resource_exhausted 429, internal 500, unavailable 503, deadline_exceeded 504 (408 for a request body that did not arrive in time). " +
 				"Every POST accepts Idempotency-Key (remembered 24h per tenant): a repeat with the same method, URI and body " +
 				"returns the first answer (header Idempotent-Replayed: true) without acting again; another body is 409. " +
-				"Answers 5xx and 429 are not remembered. Every response carries X-Request-Id."},
+				"Answers 5xx and 429 are not remembered. Every response carries X-Request-Id. " +
+				"The reference in prose, with examples, is docs/api.md in the repository."},
 		"servers":    []obj{{"url": "/"}},
 		"paths":      paths,
 		"components": obj{"schemas": componentSchemas(), "securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer"}}},
