@@ -139,7 +139,7 @@ var docs = map[string]doc{
 		body: "tar-or-raw", status: "200", resp: "FileInfo", alt: []altStatus{{"204", "", "format=tar: the tar stream was unpacked"}},
 		query: []param{pathParam, {"mode", "string", `octal permission bits, default "0644"`}, formatTar}},
 	"GET /v1/sandboxes/{id}/files": {summary: "Read a file (raw body) or, with format=tar, a directory as a tar stream",
-		status: "200", resp: "raw", query: []param{pathParam, formatTar}},
+		status: "200", resp: "tar-or-raw", query: []param{pathParam, formatTar}},
 	"GET /v1/sandboxes/{id}/files/list": {summary: "List a directory", status: "200", resp: "FileInfo[]", query: []param{pathParam}},
 	"DELETE /v1/sandboxes/{id}/files": {summary: "Delete a path; a non-empty directory needs recursive=true", status: "204",
 		query: []param{pathParam, {"recursive", "boolean", "delete a directory with its contents"}}},
@@ -159,7 +159,8 @@ func content(kind string) obj {
 	case "raw":
 		return obj{"application/octet-stream": obj{"schema": obj{"type": "string", "contentMediaType": "application/octet-stream"}}}
 	case "tar-or-raw":
-		return obj{"application/octet-stream": obj{"schema": obj{"type": "string"}}, "application/x-tar": obj{"schema": obj{"type": "string"}}}
+		return obj{"application/octet-stream": obj{"schema": obj{"type": "string", "description": "the file's bytes"}},
+			"application/x-tar": obj{"schema": obj{"type": "string", "description": "a tar stream of the directory (format=tar)"}}}
 	case "events":
 		return eventStream("Event")
 	case "buildlog":
