@@ -190,7 +190,12 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.do("POST", cid+"/signal", k, []byte(`{"signal":"SIGTERM"}`)) // 409: it has exited
 
 	must(200, "PUT", id+"/files?path=/tmp/a.txt&mode=0600", k, []byte("hello"), "Content-Type", "application/octet-stream")
+	must(200, "GET", id+"/files?path=/tmp/a.txt", k, nil)
 	must(200, "GET", id+"/files/list?path=/tmp", k, nil)
+	in := must(201, "POST", id+"/commands", k, []byte(`{"argv":["cat"],"stdin":true,"pty":{"rows":24,"cols":80}}`))
+	json.Unmarshal(in, &cmd)
+	must(204, "POST", id+"/commands/"+cmd.Command.ID+"/stdin?eof=true", k, []byte("typed\n"), "Content-Type", "application/octet-stream")
+	c.do("POST", id+"/commands/"+cmd.Command.ID+"/resize", k, []byte(`{"rows":30,"cols":100}`)) // 204, or 409 once cat has exited
 	must(204, "DELETE", id+"/files?path=/tmp/a.txt", k, nil)
 
 	ck := must(202, "POST", id+"/checkpoints", k, []byte(`{"name":"one"}`))
@@ -206,6 +211,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 	c.wait(k, must(202, "POST", id+"/suspend", k, nil))
 	c.wait(k, must(202, "POST", id+"/wake", k, nil))
 	must(200, "GET", "/v1/operations?target="+sb.Sandbox.ID, k, nil)
+	var ops struct{ Operations []struct{ ID string } }
+	json.Unmarshal(must(200, "GET", "/v1/operations?page_size=1", k, nil), &ops)
+	must(200, "POST", "/v1/operations/"+ops.Operations[0].ID+"/cancel", k, nil)
 
 	must(201, "PUT", "/v1/secrets/k", k, []byte(`{"value":"v1"}`))
 	must(200, "PUT", "/v1/secrets/k", k, []byte(`{"value":"v2"}`))
@@ -213,7 +221,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 	must(204, "DELETE", "/v1/secrets/k", k, nil)
 
 	must(201, "POST", "/v1/admin/tenants", admin, []byte(`{"name":"conformance"}`))
-	must(201, "POST", "/v1/admin/tenants/conformance/keys", admin, nil)
+	var key struct{ ID string }
+	json.Unmarshal(must(201, "POST", "/v1/admin/tenants/conformance/keys", admin, nil), &key)
+	must(204, "DELETE", "/v1/admin/keys/"+key.ID, admin, nil)
 	must(200, "GET", "/v1/admin/workers", admin, nil)
 
 	// Errors answer the document's error body.
@@ -225,4 +235,29 @@ func TestOpenAPIAnswers(t *testing.T) {
 
 	c.wait(k, must(202, "DELETE", id, k, nil))
 	must(204, "DELETE", "/v1/checkpoints/"+ckv.Checkpoint.ID, k, nil)
+}
+
+// TestOpenAPIAnswersTemplates is TestOpenAPIAnswers for template builds:
+// the build, its log stream, the build result, the template and its
+// deletion.
+func TestOpenAPIAnswersTemplates(t *testing.T) {
+	te := newTplEnv(t)
+	c := newConformance(t, te.env)
+	path := te.rootfsTar("conf.tar", map[string]string{"etc/hello": "hi\n"})
+	st, body := c.do("POST", "/v1/templates", te.adminKey, []byte(`{"name":"conf","source":{"type":"rootfs","path":"`+path+`"},"defaults":{"memory_mib":256,"env":{"A":"1"}}}`))
+	if st != 202 {
+		t.Fatalf("build: %d %s", st, body)
+	}
+	var v struct{ Operation struct{ ID string } }
+	json.Unmarshal(body, &v)
+	c.wait(te.adminKey, body)
+	if st, body := c.do("GET", "/v1/templates/conf/builds/"+v.Operation.ID+"/log", te.adminKey, nil); st != 200 || !bytes.Contains(body, []byte(`"type":"end"`)) {
+		t.Errorf("build log: %d %s", st, body)
+	}
+	if st, body := c.do("GET", "/v1/templates/conf", te.adminKey, nil); st != 200 {
+		t.Errorf("template: %d %s", st, body)
+	}
+	if st, body := c.do("DELETE", "/v1/templates/conf", te.adminKey, nil); st != 204 {
+		t.Errorf("delete: %d %s", st, body)
+	}
 }
