@@ -190,7 +190,7 @@ var fieldDocs = map[string]fieldDoc{
 	"Command.started_at":          {desc: "When it started"},
 	"ExitStatus.exit_code":        {desc: "The exit code; null when the process was signaled"},
 	"ExitStatus.signal":           {desc: "The signal that ended it (e.g. SIGKILL); null unless signaled"},
-	"ExitStatus.reason":           {desc: "exited (ran to its end), signaled (a signal, also one sent with …/signal), timeout (timeout_seconds), killed (killed by the platform), oom (out of memory), sandbox_deleted (its sandbox was deleted), lost (the platform lost track of it, e.g. the sandbox was restored to a checkpoint without it)", extra: enum(exitReasons...)},
+	"ExitStatus.reason":           {desc: "exited (ran to its end), signaled (ended by a signal, from …/signal or the guest), timeout (timeout_seconds passed; all it started was killed), killed (SIGKILL from …/signal: all it started was killed), oom (the out-of-memory killer), sandbox_deleted (its sandbox was deleted), lost (the platform lost track of it, e.g. the sandbox was restored to a checkpoint without it)", extra: enum(exitReasons...)},
 	"ExitStatus.ended_at":         {desc: "When it ended"},
 	"CommandResponse.command":     {desc: "The command"},
 	"CommandList.commands":        {desc: "A page of commands, oldest first"},
