@@ -15,7 +15,11 @@ type doc struct {
 	status  string
 	resp    string // schema name, "raw", "events", "FileInfo[]", "" for no body
 	stream  bool
+	alt     []altStatus // further success (or probe) answers besides status
 }
+
+// altStatus is another answer a route gives on success.
+type altStatus struct{ status, resp, desc string }
 
 type param struct{ name, typ, desc string }
 
@@ -32,10 +36,11 @@ var (
 )
 
 var docs = map[string]doc{
-	"GET /healthz":      {summary: "Liveness: the process serves HTTP", status: "200", resp: "any"},
-	"GET /readyz":       {summary: "Readiness: the worker can start VMs (503 otherwise)", status: "200", resp: "any"},
+	"GET /healthz": {summary: "Liveness: the process serves HTTP", status: "200", resp: "Status"},
+	"GET /readyz": {summary: "Readiness: the worker can start VMs (a cluster's control plane: its store and its view of the cluster are ready)",
+		status: "200", resp: "Status", alt: []altStatus{{"503", "Status", "not ready (the cause is in the server's log)"}}},
 	"GET /metrics":      {summary: "Prometheus metrics (text exposition format)", status: "200", resp: "text"},
-	"GET /openapi.json": {summary: "This document", status: "200", resp: "any"},
+	"GET /openapi.json": {summary: "This document", status: "200", resp: "OpenAPIDocument"},
 
 	"GET /v1/version": {summary: "The build that serves: version, commit, Go version and API version (no key needed)",
 		status: "200", resp: "Version"},
@@ -112,7 +117,7 @@ var docs = map[string]doc{
 		status: "200", resp: "NetworkLog"},
 
 	"PUT /v1/secrets/{name}": {summary: "Store a secret (201 new, 200 replaced); write-only: no route returns its value",
-		body: "PutSecretRequest", status: "201", resp: "Secret"},
+		body: "PutSecretRequest", status: "201", resp: "Secret", alt: []altStatus{{"200", "Secret", "an existing secret's value was replaced"}}},
 	"GET /v1/secrets":           {summary: "List secrets by name: names and timestamps only", status: "200", resp: "SecretList", query: pageParams},
 	"DELETE /v1/secrets/{name}": {summary: "Delete a secret", status: "204"},
 
@@ -133,10 +138,10 @@ var docs = map[string]doc{
 		body: "ExecRequest", status: "200", resp: "ExecResponse"},
 
 	"PUT /v1/sandboxes/{id}/files": {summary: "Write a file (raw body; parents created) or, with format=tar, unpack a tar stream into a directory",
-		body: "tar-or-raw", status: "200", resp: "FileInfo",
+		body: "tar-or-raw", status: "200", resp: "FileInfo", alt: []altStatus{{"204", "", "format=tar: the tar stream was unpacked"}},
 		query: []param{pathParam, {"mode", "string", `octal permission bits, default "0644"`}, formatTar}},
 	"GET /v1/sandboxes/{id}/files": {summary: "Read a file (raw body) or, with format=tar, a directory as a tar stream",
-		status: "200", resp: "raw", query: []param{pathParam, formatTar}},
+		status: "200", resp: "tar-or-raw", query: []param{pathParam, formatTar}},
 	"GET /v1/sandboxes/{id}/files/list": {summary: "List a directory", status: "200", resp: "FileInfo[]", query: []param{pathParam}},
 	"DELETE /v1/sandboxes/{id}/files": {summary: "Delete a path; a non-empty directory needs recursive=true", status: "204",
 		query: []param{pathParam, {"recursive", "boolean", "delete a directory with its contents"}}},
@@ -156,21 +161,31 @@ func content(kind string) obj {
 	case "raw":
 		return obj{"application/octet-stream": obj{"schema": obj{"type": "string", "contentMediaType": "application/octet-stream"}}}
 	case "tar-or-raw":
-		return obj{"application/octet-stream": obj{"schema": obj{"type": "string"}}, "application/x-tar": obj{"schema": obj{"type": "string"}}}
+		return obj{"application/octet-stream": obj{"schema": obj{"type": "string", "description": "the file's bytes"}},
+			"application/x-tar": obj{"schema": obj{"type": "string", "description": "a tar stream of the directory (format=tar)"}}}
 	case "events":
-		return obj{"application/x-ndjson": obj{"itemSchema": schemaRef("Event"), "schema": obj{"type": "string"}},
-			"text/event-stream": obj{"schema": obj{"type": "string"}}}
+		return eventStream("Event")
 	case "buildlog":
-		return obj{"application/x-ndjson": obj{"itemSchema": schemaRef("BuildLogEvent"), "schema": obj{"type": "string"}},
-			"text/event-stream": obj{"schema": obj{"type": "string"}}}
+		return eventStream("BuildLogEvent")
 	case "text":
 		return obj{"text/plain": obj{"schema": obj{"type": "string"}}}
-	case "any":
-		return obj{"application/json": obj{"schema": obj{"type": "object"}}}
 	case "FileInfo[]":
 		return obj{"application/json": obj{"schema": obj{"type": "array", "items": schemaRef("FileInfo")}}}
 	}
 	return obj{"application/json": obj{"schema": schemaRef(kind)}}
+}
+
+// eventStream is the content of a stream of item events. OpenAPI 3.1 has
+// no keyword for the items of a sequential media type (3.2's itemSchema),
+// so the schema is the text and the x-item-schema extension names each
+// line's (NDJSON) or data field's (SSE) schema.
+func eventStream(item string) obj {
+	ndjson := "Newline-delimited JSON: one " + item + " per line, flushed as it happens"
+	sse := "Server-sent events: each event's data is one " + item + " and its id the seq (Last-Event-ID resumes)"
+	return obj{
+		"application/x-ndjson": obj{"schema": obj{"type": "string", "description": ndjson}, "x-item-schema": schemaRef(item)},
+		"text/event-stream":    obj{"schema": obj{"type": "string", "description": sse}, "x-item-schema": schemaRef(item)},
+	}
 }
 
 // openAPI builds the document from the registered routes and their docs.
@@ -195,20 +210,37 @@ func (s *Server) openAPI() obj {
 			"description": "Sandboxed Platform for Agentic Code Execution. Errors are {\"error\":{code,message,details}}: " +
 				"invalid_argument 400 (details.fields names the fields), unauthenticated 401, permission_denied 403, " +
 				"not_found 404 (also for other tenants' objects), conflict 409 (wrong state: details.state), " +
-				"failed_precondition 412, payload_too_large 413, resource_exhausted 429, internal 500, unavailable 503. " +
+				"failed_precondition 412, payload_too_large 413, resource_exhausted 429, internal 500, unavailable 503, deadline_exceeded 504 (408 for a request body that did not arrive in time). " +
 				"Every POST accepts Idempotency-Key (remembered 24h per tenant): a repeat with the same method, URI and body " +
 				"returns the first answer (header Idempotent-Replayed: true) without acting again; another body is 409. " +
-				"Answers 5xx and 429 are not remembered. Every response carries X-Request-Id."},
+				"Answers 5xx and 429 are not remembered. Every response carries X-Request-Id. " +
+				"The reference in prose, with examples, is docs/api.md in the repository."},
 		"servers":    []obj{{"url": "/"}},
 		"paths":      paths,
 		"components": obj{"schemas": componentSchemas(), "securitySchemes": obj{"bearer": obj{"type": "http", "scheme": "bearer"}}},
 	}
 }
 
+// pathParamDocs describe the path parameters, by name.
+var pathParamDocs = map[string]string{
+	"id":        "The object's id (sbx_…, op_…, key_…); a malformed, unknown or other tenant's id is 404",
+	"cid":       "The command's id (cmd_…)",
+	"ckpt":      "The checkpoint's id (ckpt_…)",
+	"name":      "The object's name",
+	"operation": "The build's template_build operation id (op_…)",
+}
+
+// optionalBody are the request bodies a route also takes empty (as {}).
+var optionalBody = map[string]bool{"CreateKeyRequest": true, "CreateCheckpointRequest": true}
+
 func (s *Server) operationDoc(rt route, d doc, path string) obj {
 	var params []obj
 	for _, m := range pathParamRE.FindAllStringSubmatch(path, -1) {
-		params = append(params, obj{"name": m[1], "in": "path", "required": true, "schema": obj{"type": "string"}})
+		desc := pathParamDocs[m[1]]
+		if m[1] == "name" && strings.HasPrefix(path, "/v1/templates/") {
+			desc = "A template name, or name@sha256:<hex> for one build"
+		}
+		params = append(params, obj{"name": m[1], "in": "path", "required": true, "schema": obj{"type": "string"}, "description": desc})
 	}
 	for _, q := range d.query {
 		p := obj{"name": q.name, "in": "query", "schema": obj{"type": q.typ}, "description": q.desc}
@@ -219,32 +251,42 @@ func (s *Server) operationDoc(rt route, d doc, path string) obj {
 	}
 	method, _, _ := strings.Cut(rt.pattern, " ")
 	if method == http.MethodPost && rt.auth != authNone {
-		params = append(params, obj{"name": "Idempotency-Key", "in": "header", "schema": obj{"type": "string", "maxLength": 255}})
+		params = append(params, obj{"name": "Idempotency-Key", "in": "header", "schema": obj{"type": "string", "maxLength": 255},
+			"description": "Remembered 24h per tenant: a repeat with the same method, URI and body gets the first answer " +
+				"(Idempotent-Replayed: true) without acting again; another body is 409; 5xx and 429 answers are not remembered"})
 	}
 	if d.stream {
 		params = append(params, obj{"name": "Last-Event-ID", "in": "header", "schema": obj{"type": "string"},
 			"description": "SSE resume point; used when after is absent"})
 	}
-	resp := obj{"description": d.summary}
-	if d.resp != "" {
-		resp["content"] = content(d.resp)
+	responses := obj{d.status: response(d.summary, d.resp),
+		"default": obj{"description": "An error: see components.schemas.ErrorDetail for the codes", "content": content("Error")}}
+	for _, a := range d.alt {
+		responses[a.status] = response(a.desc, a.resp)
 	}
 	op := obj{
 		"operationId": operationID(rt.pattern),
 		"summary":     d.summary,
-		"responses": obj{d.status: resp,
-			"default": obj{"description": "error", "content": content("Error")}},
+		"responses":   responses,
 	}
 	if len(params) > 0 {
 		op["parameters"] = params
 	}
 	if d.body != "" {
-		op["requestBody"] = obj{"required": d.body != "CreateKeyRequest", "content": content(d.body)}
+		op["requestBody"] = obj{"required": !optionalBody[d.body], "content": content(d.body)}
 	}
 	if rt.auth != authNone {
 		op["security"] = []obj{{"bearer": []string{}}}
 	}
 	return op
+}
+
+func response(desc, kind string) obj {
+	r := obj{"description": desc}
+	if kind != "" {
+		r["content"] = content(kind)
+	}
+	return r
 }
 
 // operationID turns "GET /v1/sandboxes/{id}/files" into "get_sandboxes_id_files".

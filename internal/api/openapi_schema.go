@@ -3,14 +3,19 @@ package api
 import (
 	"encoding/json"
 	"reflect"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/egress"
 )
 
-// The OpenAPI schemas are derived from the apiv1 wire types by reflection,
-// so the document cannot drift from what the server writes.
+// The OpenAPI schemas are derived from the wire types by reflection, so the
+// document cannot drift from what the server writes; what reflection cannot
+// see (descriptions, enums, limits, which request fields a handler insists
+// on) comes from the tables in openapi_fields*.go, and a test fails on a
+// property without a description or a table entry naming no property.
 
 type obj = map[string]any
 
@@ -19,7 +24,8 @@ var (
 	rawType  = reflect.TypeOf(json.RawMessage{})
 )
 
-// schemaTypes are the named schemas of components.schemas.
+// schemaTypes are the named schemas the routes' docs refer to. Every named
+// struct reached from them becomes a component of its own too.
 var schemaTypes = map[string]any{
 	"Error": apiv1.ErrorBody{}, "Operation": apiv1.Operation{}, "OperationList": apiv1.OperationList{},
 	"Sandbox": apiv1.Sandbox{}, "CreateSandboxRequest": apiv1.CreateSandboxRequest{},
@@ -37,22 +43,48 @@ var schemaTypes = map[string]any{
 	"PutSecretRequest": apiv1.PutSecretRequest{}, "Secret": apiv1.Secret{}, "SecretList": apiv1.SecretList{},
 	"NetworkLog": apiv1.NetworkLog{},
 	"Checkpoint": apiv1.Checkpoint{}, "CheckpointList": apiv1.CheckpointList{}, "CheckpointAndOperation": apiv1.CheckpointAndOperation{},
-	"CreateCheckpointRequest": apiv1.CreateCheckpointRequest{}, "RestoreRequest": apiv1.RestoreRequest{}, "NetworkPolicy": json.RawMessage{},
+	"CreateCheckpointRequest": apiv1.CreateCheckpointRequest{}, "RestoreRequest": apiv1.RestoreRequest{},
+	"NetworkPolicy": egress.Policy{}, "TemplateDefaults": apiv1.TemplateDefaults{}, "BuildResult": buildResult{},
 }
 
-// schemaOf returns the JSON Schema (2020-12, as OpenAPI 3.1 uses) of t.
-func schemaOf(t reflect.Type) obj {
+// componentNames name the components whose Go type is named otherwise.
+var componentNames = map[reflect.Type]string{
+	reflect.TypeOf(apiv1.ErrorBody{}): "Error",
+	reflect.TypeOf(apiv1.Error{}):     "ErrorDetail",
+	reflect.TypeOf(egress.Policy{}):   "NetworkPolicy",
+	reflect.TypeOf(egress.Egress{}):   "EgressRules",
+	reflect.TypeOf(egress.Inject{}):   "InjectRule",
+	reflect.TypeOf(buildResult{}):     "BuildResult",
+}
+
+func componentName(t reflect.Type) string {
+	if n, ok := componentNames[t]; ok {
+		return n
+	}
+	return t.Name()
+}
+
+// schemaGen builds components.schemas, one per named struct it meets.
+type schemaGen struct{ out obj }
+
+// schemaOf returns the JSON Schema (2020-12, as OpenAPI 3.1 uses) of t: a
+// $ref for a named struct, whose component it adds.
+func (g *schemaGen) schemaOf(t reflect.Type) obj {
 	switch {
 	case t == timeType:
 		return obj{"type": "string", "format": "date-time"}
 	case t == rawType:
-		return obj{} // any JSON value
+		return obj{} // any JSON value; the fields tables say which
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
-		s := schemaOf(t.Elem())
+		s := g.schemaOf(t.Elem())
 		if typ, ok := s["type"].(string); ok {
 			s["type"] = []string{typ, "null"}
+			return s
+		}
+		if _, ok := s["$ref"]; ok {
+			return obj{"anyOf": []obj{s, {"type": "null"}}}
 		}
 		return s
 	case reflect.String:
@@ -69,24 +101,57 @@ func schemaOf(t reflect.Type) obj {
 		if t.Elem().Kind() == reflect.Uint8 {
 			return obj{"type": "string", "contentEncoding": "base64"}
 		}
-		return obj{"type": "array", "items": schemaOf(t.Elem())}
+		return obj{"type": "array", "items": g.schemaOf(t.Elem())}
 	case reflect.Map:
-		return obj{"type": "object", "additionalProperties": schemaOf(t.Elem())}
-	case reflect.Interface:
-		return obj{}
+		return obj{"type": "object", "additionalProperties": g.schemaOf(t.Elem())}
 	case reflect.Struct:
-		props, required := obj{}, []string{}
-		addFields(t, props, &required)
-		s := obj{"type": "object", "properties": props}
-		if len(required) > 0 {
-			s["required"] = required
+		name := componentName(t)
+		if _, done := g.out[name]; !done {
+			g.out[name] = obj{} // placeholder: a type may refer to itself
+			g.out[name] = g.structSchema(t, name)
 		}
-		return s
+		return schemaRef(name)
 	}
 	return obj{}
 }
 
-func addFields(t reflect.Type, props obj, required *[]string) {
+// structSchema is the object schema of struct t, component name.
+func (g *schemaGen) structSchema(t reflect.Type, name string) obj {
+	props, omitted := obj{}, map[string]bool{}
+	g.addFields(t, props, omitted)
+	s := obj{"type": "object", "properties": props}
+	if d := typeDocs[name]; d != "" {
+		s["description"] = d
+	}
+	var required []string
+	if req, ok := requestRequired[name]; ok {
+		// A request body: the decoder takes any subset of the fields and
+		// refuses unknown ones; the handler's validation says which it
+		// insists on.
+		required = req
+		s["additionalProperties"] = false
+	} else {
+		// An answer: every field written without omitempty is always there.
+		for p := range props {
+			if !omitted[p] {
+				required = append(required, p)
+			}
+		}
+	}
+	if len(required) > 0 {
+		sort.Strings(required)
+		s["required"] = required
+	}
+	for k, v := range schemaExtra[name] {
+		s[k] = v
+	}
+	return s
+}
+
+// addFields adds t's JSON fields to props (the embedded struct's too),
+// noting in omitted those written with omitempty.
+func (g *schemaGen) addFields(t reflect.Type, props obj, omitted map[string]bool) {
+	owner := componentName(t)
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -98,29 +163,47 @@ func addFields(t reflect.Type, props obj, required *[]string) {
 		}
 		name, opts, _ := strings.Cut(tag, ",")
 		if f.Anonymous && name == "" {
-			addFields(f.Type, props, required)
+			g.addFields(f.Type, props, omitted)
 			continue
 		}
 		if name == "" {
 			name = f.Name
 		}
-		props[name] = schemaOf(f.Type)
-		if !strings.Contains(opts, "omitempty") {
-			*required = append(*required, name)
+		fd := fieldDocs[owner+"."+name]
+		s := fd.schema
+		if s == nil {
+			s = g.schemaOf(f.Type)
+		} else {
+			s = cloneObj(s)
+		}
+		for k, v := range fd.extra {
+			s[k] = v
+		}
+		if fd.desc != "" {
+			s["description"] = fd.desc
+		}
+		props[name] = s
+		if strings.Contains(opts, "omitempty") {
+			omitted[name] = true
 		}
 	}
 }
 
-func componentSchemas() obj {
-	out := obj{}
-	for name, v := range schemaTypes {
-		out[name] = schemaOf(reflect.TypeOf(v))
+func cloneObj(s obj) obj {
+	out := make(obj, len(s))
+	for k, v := range s {
+		out[k] = v
 	}
-	ev := out["Event"].(obj)
-	ev["description"] = "One event of a command's stream. started: seq, pid, time. stdout/stderr: seq, data " +
-		"(UTF-8) or data_b64 (other bytes). gap: seq (last lost), lost_bytes. exit: seq, exit_code " +
-		"(null when signaled), signal (null unless signaled), reason (exited|signaled|timeout|killed|oom|" +
-		"sandbox_deleted|lost). error: code, message (no seq; the stream ends; reattach with after=). " +
-		`heartbeat (NDJSON only, no seq): {"type":"heartbeat"} after an idle interval; SSE sends a ": heartbeat" comment instead.`
 	return out
+}
+
+func componentSchemas() obj {
+	g := &schemaGen{out: obj{}}
+	for _, v := range schemaTypes {
+		g.schemaOf(reflect.TypeOf(v))
+	}
+	for name, s := range extraSchemas {
+		g.out[name] = s
+	}
+	return g.out
 }
