@@ -55,6 +55,7 @@ var moreTypeDocs = map[string]string{
 	"Tenant":                  "An isolated owner of objects",
 	"TenantResponse":          "Answer of POST /v1/admin/tenants",
 	"WorkerList":              "Answer of GET /v1/admin/workers",
+	"Version":                 "Answer of GET /v1/version: the build that serves",
 }
 
 var moreFieldDocs = map[string]fieldDoc{
@@ -158,6 +159,11 @@ var moreFieldDocs = map[string]fieldDoc{
 	"KeyResponse.key":          {desc: "The key itself: shown only in this answer"},
 	"KeyResponse.admin":        {desc: "Whether it is an admin key"},
 	"KeyResponse.created_at":   {desc: "When it was created"},
+
+	"Version.version":    {desc: "The release (set at link time) or the module version; devel for a build that says neither"},
+	"Version.commit":     {desc: "The source revision; unknown when the build did not record it"},
+	"Version.go_version": {desc: "The Go version the server was built with"},
+	"Version.api":        {desc: "The HTTP API version served", extra: enum("v1")},
 
 	"WorkerList.workers":         {desc: "Every worker (a single node: the one local worker)"},
 	"Worker.name":                {desc: "The worker's name (a cluster: the node's)"},
