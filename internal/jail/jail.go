@@ -64,7 +64,8 @@ type Spec struct {
 	// closed to it.
 	Devices []string
 	// Own lists host files the VMM writes: they are chowned to its id and
-	// made 0600 before it starts.
+	// made 0600 before it starts, through an fd (OpenOwn): each must be a
+	// regular file with one link, owned by root or a previous VMM.
 	Own []string
 
 	// Path is the program, a path under /usr (the only tree in view).
@@ -178,11 +179,16 @@ func Start(spec Spec) (_ *Jail, err error) {
 		return nil, err
 	}
 	for _, p := range spec.Own {
-		if err := os.Chown(p, id, id); err != nil {
-			return nil, fmt.Errorf("jail: give %s to the vmm: %w: %v", filepath.Base(p), errdefs.ErrInternal, err)
+		// By fd, never by path: a symlink or a hardlink where the file
+		// should be would have root chown what it points at (files.go).
+		f, err := OpenOwn(p, os.O_RDONLY)
+		if err != nil {
+			return nil, err
 		}
-		if err := os.Chmod(p, 0o600); err != nil {
-			return nil, fmt.Errorf("jail: mode of %s: %w: %v", filepath.Base(p), errdefs.ErrInternal, err)
+		err = Give(f, id)
+		f.Close()
+		if err != nil {
+			return nil, err
 		}
 	}
 	gateR, gateW, err := os.Pipe()
