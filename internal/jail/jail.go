@@ -87,6 +87,11 @@ type Spec struct {
 	Record func(pid int, startTime uint64, st State) error
 	Stdout *os.File
 	Stderr *os.File
+	// Logs are the bounded logs the program writes (log.go): Start starts
+	// their copier before the program may run, and gives FIFO logs to the
+	// program's uid. The caller hands the program their Writers (Stdout,
+	// Stderr, ExtraFiles) and closes the Logs once Start returned.
+	Logs []*Log
 
 	Limits Limits
 }
@@ -118,6 +123,9 @@ type State struct {
 type Jail struct {
 	Cmd   *exec.Cmd
 	State State
+	// LogsDone closes when the log copier has exited (nil without Logs):
+	// after the program, once it has saved what the program wrote last.
+	LogsDone <-chan struct{}
 }
 
 const (
@@ -191,6 +199,22 @@ func Start(spec Spec) (_ *Jail, err error) {
 			return nil, err
 		}
 	}
+	var logsDone <-chan struct{}
+	if len(spec.Logs) > 0 {
+		for _, l := range spec.Logs {
+			if l.fifo {
+				if err := Give(l.in, id); err != nil {
+					return nil, err
+				}
+			}
+		}
+		// Before the program: it may write as soon as it runs. Should the
+		// program not start, the copier ends when the caller closes its
+		// logs.
+		if logsDone, err = StartLogCopier(spec.Root, spec.Logs); err != nil {
+			return nil, err
+		}
+	}
 	gateR, gateW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("jail: start gate: %w: %v", errdefs.ErrInternal, err)
@@ -254,7 +278,7 @@ func Start(spec Spec) (_ *Jail, err error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("jail: open the start gate: %w: %v", errdefs.ErrInternal, err)
 	}
-	return &Jail{Cmd: cmd, State: st}, nil
+	return &Jail{Cmd: cmd, State: st, LogsDone: logsDone}, nil
 }
 
 // Release removes the jail's cgroups and frees its id. Call it only once
