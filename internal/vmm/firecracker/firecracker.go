@@ -162,33 +162,30 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		}
 	}
 	removeOwned(spec.StateDir)
-	if err := makeRunDir(spec.StateDir); err != nil {
+	run, err := makeRunDir(spec.StateDir)
+	if err != nil {
 		return nil, fmt.Errorf("firecracker: run dir: %w: %v", errdefs.ErrInternal, err)
 	}
+	defer run.Close()
 	nic, err := openNIC(spec)
 	if err != nil {
 		removeOwned(spec.StateDir)
 		return nil, err
 	}
 	defer nic.close() // once the VMM's uid owns the tap
-	con, err := os.OpenFile(filepath.Join(spec.StateDir, fileConsole), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logs, err := openLogs(spec.StateDir, run)
 	if err != nil {
 		removeOwned(spec.StateDir)
-		return nil, fmt.Errorf("firecracker: console log: %w: %v", errdefs.ErrInternal, err)
+		return nil, fmt.Errorf("firecracker: logs: %w", err)
 	}
-	defer con.Close()
-	logf, err := os.OpenFile(filepath.Join(spec.StateDir, fileVMMLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		removeOwned(spec.StateDir)
-		return nil, fmt.Errorf("firecracker: vmm log: %w: %v", errdefs.ErrInternal, err)
-	}
-	defer logf.Close()
+	defer logs.close() // the VMM and the log copier have their own
 	// Firecracker writes the guest's serial console to its stdout.
-	js, err := d.jailSpec(spec, incoming, con, logf)
+	js, err := d.jailSpec(spec, incoming, logs.console.Writer(), logs.stderr.Writer())
 	if err != nil {
 		removeOwned(spec.StateDir)
 		return nil, err
 	}
+	js.Logs = logs.all()
 	// The record is written before Firecracker may run (jail.Spec.Record),
 	// so a worker that dies from here on leaves a VMM the next one finds.
 	js.Record = func(pid int, start uint64, st jail.State) error {
@@ -225,12 +222,9 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	if err := v.api.await(actx, v.done); err != nil {
 		return nil, v.failStart(ctx, err)
 	}
-	// The VMM runs as its own uid now: hand it its run dir, its log and
-	// its tap.
-	if err := os.WriteFile(filepath.Join(spec.StateDir, dirRun, fileFCLog), nil, 0o600); err != nil {
-		return nil, v.failStart(ctx, fmt.Errorf("firecracker: log file: %w: %v", errdefs.ErrInternal, err))
-	}
-	if err := giveRunDir(spec.StateDir, jst.UID, fileFCLog); err != nil {
+	// The VMM runs as its own uid now: hand it its run dir (the jail gave
+	// it the logger's FIFO) and its tap.
+	if err := giveRunDir(run, jst.UID); err != nil {
 		return nil, v.failStart(ctx, fmt.Errorf("firecracker: run dir: %w: %v", errdefs.ErrInternal, err))
 	}
 	if err := nic.giveTo(jst.UID); err != nil {
@@ -306,7 +300,7 @@ func (v *VM) failStart(ctx context.Context, err error) error {
 	_ = vmmproc.KillGroup(cctx, v.rec.PID, v.done)
 	var tail []string
 	tail = append(tail, vmmproc.TailLines(filepath.Join(v.dir, fileVMMLog), 4096, 3)...)
-	tail = append(tail, vmmproc.TailLines(filepath.Join(v.dir, dirRun, fileFCLog), 4096, 3)...)
+	tail = append(tail, vmmproc.TailLines(filepath.Join(v.dir, fileHostLog), 4096, 3)...)
 	if len(tail) > 0 {
 		err = fmt.Errorf("%w (firecracker: %s)", err, strings.Join(tail, " | "))
 	}

@@ -3,6 +3,7 @@ package firecracker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
 )
 
@@ -131,8 +133,12 @@ func stopOnCleanup(t *testing.T, vm vmm.VM) {
 
 func assertGone(t *testing.T, pid int) {
 	t.Helper()
-	if err := unix.Kill(pid, 0); err == nil {
-		t.Errorf("vmm %d still runs", pid)
+	// A zombie has exited: an adopted VM's Stop sees the exit through a
+	// pidfd, and the first VM's Wait (this process is the stand-in's
+	// parent) may not have reaped it yet.
+	if _, err := jail.StartTime(pid); err == nil {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		t.Errorf("vmm %d still runs: %s", pid, b)
 	}
 }
 

@@ -73,20 +73,19 @@ func TestJailSpec(t *testing.T) {
 // files but lets no one remove another's (sticky); then it is the uid's.
 func TestRunDir(t *testing.T) {
 	dir := t.TempDir()
-	if err := makeRunDir(dir); err != nil {
+	run, err := makeRunDir(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer run.Close()
 	st, err := os.Stat(dir + "/run")
 	if err != nil || st.Mode()&os.ModeSticky == 0 || st.Mode().Perm() != 0o733 {
 		t.Fatalf("run dir mode %v, %v; want sticky 0733", st.Mode(), err)
 	}
-	if err := os.WriteFile(dir+"/run/log", nil, 0o644); err != nil {
+	if err := giveRunDir(run, 4242); err != nil {
 		t.Fatal(err)
 	}
-	if err := giveRunDir(dir, 4242, "log"); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{dir + "/run", dir + "/run/log"} {
+	for _, p := range []string{dir + "/run"} {
 		st, _ := os.Stat(p)
 		if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 4242 || st.Mode().Perm()&0o077 != 0 {
 			t.Errorf("%s: uid %d mode %v, want 4242 and private", p, sys.Uid, st.Mode())

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jail"
 	"github.com/space-sandbox/space/internal/vmm"
 )
 
@@ -39,13 +43,21 @@ func (v *VM) Snapshot(ctx context.Context, dir string) error {
 		return fmt.Errorf("firecracker: snapshot of %s: vm is %s, not paused: %w", v.ID(), st, errdefs.ErrFailedPrecondition)
 	}
 	spec := v.Spec()
-	run := filepath.Join(v.stateDir(), dirRun)
-	newMem, newState := filepath.Join(run, fileNewMemory), filepath.Join(run, fileNewState)
-	_ = os.Remove(newMem)
-	_ = os.Remove(newState)
+	// The VMM writes the snapshot into its run dir, where it could as well
+	// leave a symlink or a hardlink: the files are taken through fds
+	// (jail.MoveOut), and only as regular files of the VMM's own.
+	run, err := jail.OpenDir(filepath.Join(v.stateDir(), dirRun))
+	if err != nil {
+		return fmt.Errorf("firecracker: snapshot: %w", err)
+	}
+	defer run.Close()
+	for _, f := range []string{fileNewMemory, fileNewState} {
+		_ = unix.Unlinkat(int(run.Fd()), f, 0)
+	}
 	defer func() {
-		_ = os.Remove(newMem)
-		_ = os.Remove(newState)
+		for _, f := range []string{fileNewMemory, fileNewState} {
+			_ = unix.Unlinkat(int(run.Fd()), f, 0)
+		}
 	}()
 	err = v.client().do(ctx, "PUT", "/snapshot/create", snapshotCreate{
 		SnapshotPath: jailNewVM, MemFilePath: jailNewMem, SnapshotType: snapshotFull,
@@ -53,33 +65,27 @@ func (v *VM) Snapshot(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{newMem, newState} {
-		if err := syncPath(f); err != nil {
-			return fmt.Errorf("firecracker: snapshot file: %w: %v", errdefs.ErrInternal, err)
-		}
+	owner := v.vmmOwner()
+	if err := jail.MoveOut(run, fileNewState, filepath.Join(dir, StateFile), owner); err != nil {
+		return fmt.Errorf("firecracker: snapshot state: %w", err)
 	}
-	if err := moveFile(newState, filepath.Join(dir, StateFile)); err != nil {
-		return fmt.Errorf("firecracker: snapshot state: %w: %v", errdefs.ErrInternal, err)
+	mem := spec.MemoryFile
+	if mem == "" {
+		mem = filepath.Join(dir, "memory")
 	}
-	if spec.MemoryFile == "" {
-		if err := moveFile(newMem, filepath.Join(dir, "memory")); err != nil {
-			return fmt.Errorf("firecracker: snapshot memory: %w: %v", errdefs.ErrInternal, err)
-		}
-		return nil
-	}
-	if err := moveFile(newMem, spec.MemoryFile); err != nil {
-		return fmt.Errorf("firecracker: snapshot memory: %w: %v", errdefs.ErrInternal, err)
+	if err := jail.MoveOut(run, fileNewMemory, mem, owner); err != nil {
+		return fmt.Errorf("firecracker: snapshot memory: %w", err)
 	}
 	return nil
 }
 
-func syncPath(p string) error {
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		return err
+// vmmOwner accepts the uid the VMM runs as (root's for a VMM started
+// without a jail).
+func (v *VM) vmmOwner() jail.Owner {
+	if j := v.rec.Jail; j != nil {
+		return jail.OwnedBy(j.UID)
 	}
-	defer f.Close()
-	return f.Sync()
+	return jail.OwnedBy(0)
 }
 
 // Restore implements vmm.Restorer: a fresh Firecracker loads the
@@ -123,18 +129,10 @@ func (v *VM) Incoming(ctx context.Context, snapshotDir string) error {
 		return err
 	}
 	// The state file is shared by every clone of the snapshot; each VMM
-	// reads its own copy (small: device state only), owned by its uid.
-	local := filepath.Join(v.stateDir(), dirRun, fileLoadState)
-	if err := copyFile(filepath.Join(snapshotDir, StateFile), local, 0o600); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fail(fmt.Errorf("firecracker: restore: no state file in snapshot: %w", errdefs.ErrNotFound))
-		}
-		return fail(fmt.Errorf("firecracker: restore: copy state: %w: %v", errdefs.ErrInternal, err))
-	}
-	if j := v.rec.Jail; j != nil {
-		if err := os.Chown(local, j.UID, j.UID); err != nil {
-			return fail(fmt.Errorf("firecracker: restore: %w: %v", errdefs.ErrInternal, err))
-		}
+	// reads its own copy (small: device state only), owned by its uid. The
+	// copy is made in the VMM's run dir, so through fds (jail.CreateIn).
+	if err := v.copyState(snapshotDir); err != nil {
+		return fail(err)
 	}
 	spec := v.Spec()
 	load := snapshotLoad{
@@ -151,7 +149,45 @@ func (v *VM) Incoming(ctx context.Context, snapshotDir string) error {
 	if err := v.client().do(ctx, "PUT", "/snapshot/load", load, nil, snapshotTimeout); err != nil {
 		return fail(err)
 	}
-	_ = os.Remove(local)
+	_ = os.Remove(filepath.Join(v.stateDir(), dirRun, fileLoadState))
+	return nil
+}
+
+// copyState copies the snapshot's state file into the run dir as the
+// VMM's own.
+func (v *VM) copyState(snapshotDir string) error {
+	sd, err := jail.OpenDir(snapshotDir)
+	if err != nil {
+		return fmt.Errorf("firecracker: restore: %w", err)
+	}
+	defer sd.Close()
+	src, err := jail.OpenIn(sd, StateFile, os.O_RDONLY, jail.OwnedByHostOrVMM)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("firecracker: restore: no state file in snapshot: %w", errdefs.ErrNotFound)
+		}
+		return fmt.Errorf("firecracker: restore: %w", err)
+	}
+	defer src.Close()
+	run, err := jail.OpenDir(filepath.Join(v.stateDir(), dirRun))
+	if err != nil {
+		return fmt.Errorf("firecracker: restore: %w", err)
+	}
+	defer run.Close()
+	_ = unix.Unlinkat(int(run.Fd()), fileLoadState, 0)
+	dst, err := jail.CreateIn(run, fileLoadState, 0o600)
+	if err != nil {
+		return fmt.Errorf("firecracker: restore: %w", err)
+	}
+	defer dst.Close()
+	if _, err := io.Copy(dst, src); err != nil {
+		return fmt.Errorf("firecracker: restore: copy state: %w: %v", errdefs.ErrInternal, err)
+	}
+	if j := v.rec.Jail; j != nil && j.UID != 0 {
+		if err := jail.Give(dst, j.UID); err != nil {
+			return fmt.Errorf("firecracker: restore: %w", err)
+		}
+	}
 	return nil
 }
 

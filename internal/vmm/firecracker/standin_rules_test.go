@@ -12,7 +12,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/agentproto"
 )
@@ -53,6 +56,9 @@ func (s *standin) handle(method, path string, body []byte, c *call) answer {
 		}
 		if _, err := os.Stat(h); err != nil {
 			return fault("Logger error: %v", err)
+		}
+		if s.cfg.Flood > 0 {
+			go s.flood(h)
 		}
 		return noContent
 	case method == "PUT" && isPreBoot(path):
@@ -282,6 +288,14 @@ func (s *standin) createSnapshot(body []byte, resolve resolver) answer {
 			snap.Drives[d.DriveID] = d.PathOnHost
 		}
 	}
+	if s.cfg.Plant != "" {
+		for _, p := range []string{sh, mh} {
+			if err := plant(s.cfg.Plant, p, s.cfg.PlantTarget); err != nil {
+				return fault("stand-in: plant: %v", err)
+			}
+		}
+		return noContent
+	}
 	b, _ := json.Marshal(snap)
 	if err := os.WriteFile(sh, b, 0o600); err != nil {
 		return fault("Cannot create snapshot: %v", err)
@@ -361,4 +375,45 @@ func (s *standin) loadSnapshot(body []byte, resolve resolver) answer {
 		s.state = infoRunning
 	}
 	return noContent
+}
+
+// flood writes cfg.Flood bytes and a last line to stdout, stderr and the
+// logger at path (opened as Firecracker opens it).
+func (s *standin) flood(path string) {
+	lg, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stand-in: flood:", err)
+		return
+	}
+	line := []byte(strings.Repeat("x", 1023) + "\n")
+	var wg sync.WaitGroup
+	for _, w := range []*os.File{os.Stdout, os.Stderr, lg} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := int64(0); n < s.cfg.Flood; n += int64(len(line)) {
+				_, _ = w.Write(line)
+			}
+			_, _ = w.Write([]byte("LAST LINE\n"))
+		}()
+	}
+	wg.Wait()
+	lg.Close()
+}
+
+// plant leaves kind at p: what a hostile VMM puts where the host expects
+// a file it wrote.
+func plant(kind, p, target string) error {
+	_ = os.Remove(p)
+	switch kind {
+	case "symlink":
+		return os.Symlink(target, p)
+	case "hardlink":
+		return os.Link(target, p)
+	case "fifo":
+		return unix.Mkfifo(p, 0o600)
+	case "dir":
+		return os.Mkdir(p, 0o700)
+	}
+	return fmt.Errorf("unknown plant %q", kind)
 }

@@ -67,6 +67,15 @@ type standinConfig struct {
 	// InJail: the stand-in runs inside the real jail, where the jail's
 	// paths are its own (resolve checks only that they are bound).
 	InJail bool `json:"in_jail,omitempty"`
+	// Flood: once its logger is set, the stand-in writes this many bytes,
+	// then "LAST LINE", to its stdout (the guest's console), its stderr
+	// and its logger, as a VMM with a flooding guest does.
+	Flood int64 `json:"flood,omitempty"`
+	// Plant: /snapshot/create leaves this where the snapshot's files go
+	// ("symlink" or "hardlink" to PlantTarget, "fifo", "dir"), as a VMM
+	// taken over by its guest could.
+	Plant       string `json:"plant,omitempty"`
+	PlantTarget string `json:"plant_target,omitempty"`
 }
 
 // call is one logged request.
@@ -98,6 +107,12 @@ func standinLaunch(t *testing.T, cfg standinConfig) launch {
 		cmd.Env = append(os.Environ(), envStandin+"="+string(b))
 		cmd.Stdout, cmd.Stderr = js.Stdout, js.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if len(js.Logs) > 0 {
+			// As jail.Start does: the copier of its logs.
+			if _, err := jail.StartLogCopier(js.Root, js.Logs); err != nil {
+				return nil, jail.State{}, err
+			}
+		}
 		if netns == nil {
 			return cmd, jail.State{}, cmd.Start()
 		}

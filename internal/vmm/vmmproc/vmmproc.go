@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jail"
 )
 
 // WriteRecord writes v as JSON to dir/name atomically (a temp file renamed
@@ -90,22 +91,12 @@ func KillGroup(ctx context.Context, pid int, done <-chan struct{}) error {
 	}
 }
 
-// TailLines returns the last n lines within the last maxBytes of path
-// (nil when it cannot be read). For logs and internal error details only.
+// TailLines returns the last n lines within the last maxBytes of the log
+// at path (a jail.Log: its old part, then its live one; nil when it cannot
+// be read). For logs and internal error details only.
 func TailLines(path string, maxBytes int64, n int) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	off := max(st.Size()-maxBytes, 0)
-	b := make([]byte, st.Size()-off)
-	k, _ := f.ReadAt(b, off)
-	s := strings.TrimRight(strings.ReplaceAll(string(b[:k]), "\r", ""), "\n")
+	b := jail.ReadLog(path, maxBytes)
+	s := strings.TrimRight(strings.ReplaceAll(string(b), "\r", ""), "\n")
 	if s == "" || n <= 0 {
 		return nil
 	}
