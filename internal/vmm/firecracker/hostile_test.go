@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,12 +44,13 @@ func TestLogsBounded(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		check()
 		done := 0
 		for f, keep := range logs {
-			if bytes.HasSuffix(jail.ReadLog(filepath.Join(spec.StateDir, f), keep), []byte("x\nLAST LINE\n")) {
+			// The stand-in's boot message may come after the flood.
+			if bytes.Contains(jail.ReadLog(filepath.Join(spec.StateDir, f), keep), []byte("x\nLAST LINE\n")) {
 				done++
 			}
 		}
@@ -56,11 +58,15 @@ func TestLogsBounded(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			for f, keep := range logs {
+				b := jail.ReadLog(filepath.Join(spec.StateDir, f), keep)
+				t.Logf("%s: %d bytes, ends %q", f, len(b), b[max(len(b)-30, 0):])
+			}
 			t.Fatal("the flood's last lines never arrived")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := vm.ConsoleTail(1); len(got) != 1 || got[0] != "LAST LINE" {
+	if got := vm.ConsoleTail(3); !slices.Contains(got, "LAST LINE") {
 		t.Errorf("ConsoleTail = %q", got)
 	}
 	if err := vm.Stop(ctx); err != nil {
