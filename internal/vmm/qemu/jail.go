@@ -72,8 +72,10 @@ type handout struct {
 	tap     int // fd of the tap, or -1
 	qmp     int // listening socket fds
 	agent   int
-	console int   // fd of the console log (fdset 1)
+	console int   // fd of the console log's pipe (fdset 1)
 	disks   []int // fd per disk (fdset 2+i)
+	// The bounded logs: the console, and QEMU's stdout and stderr.
+	consoleLog, vmmLog *jail.Log
 }
 
 const consoleSet = 1
@@ -85,10 +87,17 @@ func (h *handout) add(f *os.File) int {
 	return 2 + len(h.files)
 }
 
-func (h *handout) close() { _ = closeFiles(h.files) }
+func (h *handout) close() {
+	_ = closeFiles(h.files)
+	for _, l := range []*jail.Log{h.consoleLog, h.vmmLog} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
 
-// openHandout opens the tap, binds the sockets and opens the console log
-// and the disks. On error nothing stays open (the sockets' files are
+// openHandout opens the tap, binds the sockets, makes the logs and opens
+// the disks. On error nothing stays open (the sockets' files are
 // removed with the state dir's other owned files).
 func openHandout(spec vmm.BootSpec) (_ *handout, err error) {
 	h := &handout{tap: -1}
@@ -114,11 +123,16 @@ func openHandout(spec vmm.BootSpec) (_ *handout, err error) {
 		}
 		*s.fd = h.add(f)
 	}
-	con, err := os.OpenFile(filepath.Join(spec.StateDir, fileConsole), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("qemu: console log: %w: %v", errdefs.ErrInternal, err)
+	for _, l := range []struct {
+		file string
+		keep int64
+		to   **jail.Log
+	}{{fileConsole, consoleKeep, &h.consoleLog}, {fileVMMLog, vmmLogKeep, &h.vmmLog}} {
+		if *l.to, err = jail.NewLog(filepath.Join(spec.StateDir, l.file), l.keep); err != nil {
+			return nil, fmt.Errorf("qemu: %w", err)
+		}
 	}
-	h.console = h.add(con)
+	h.console = h.add(h.consoleLog.Writer())
 	for i, d := range spec.Disks {
 		flag := os.O_RDWR
 		if d.ReadOnly {
@@ -167,7 +181,7 @@ func listenUnix(path string) (*os.File, error) {
 }
 
 // jailSpec is the jail for spec's VMM running args.
-func (d *Driver) jailSpec(spec vmm.BootSpec, accel string, args []string, h *handout, log *os.File) (jail.Spec, error) {
+func (d *Driver) jailSpec(spec vmm.BootSpec, accel string, args []string, h *handout) (jail.Spec, error) {
 	bin, err := filepath.EvalSymlinks(d.binary)
 	if err != nil || !strings.HasPrefix(bin, "/usr/") {
 		return jail.Spec{}, fmt.Errorf("qemu: the VMM binary must be under /usr (all a jailed VMM sees): %w", errdefs.ErrFailedPrecondition)
@@ -181,7 +195,8 @@ func (d *Driver) jailSpec(spec vmm.BootSpec, accel string, args []string, h *han
 		// find a VMM by the directory it belongs to.
 		Args:       append([]string{filepath.Join(spec.StateDir, filepath.Base(bin))}, args...),
 		ExtraFiles: h.files,
-		Stdout:     log, Stderr: log,
+		Stdout:     h.vmmLog.Writer(), Stderr: h.vmmLog.Writer(),
+		Logs:       []*jail.Log{h.consoleLog, h.vmmLog},
 		Limits: limits(spec),
 	}
 	if spec.Initrd != "" {

@@ -17,7 +17,7 @@ const (
 	fileQMP        = "qmp.sock"
 	fileAgent      = "agent.sock"
 	fileConsole    = "console.log"
-	fileConsoleOld = "console.old.log"
+	fileConsoleOld = "console.old.log" // jail.OldLogPath of fileConsole
 	fileVMMLog     = "qemu.log"
 )
 
@@ -49,6 +49,7 @@ func removeOwned(dir string) {
 	for _, f := range ownedFiles {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
+	_ = os.Remove(jail.OldLogPath(filepath.Join(dir, fileVMMLog)))
 	vmmproc.RemoveRecord(dir, fileState)
 }
 
@@ -56,26 +57,6 @@ func procStartTime(pid int) (uint64, error) { return jail.StartTime(pid) }
 
 // alive reports whether pid is still the process recorded with startTime.
 func alive(pid int, startTime uint64) bool { return jail.Alive(pid, startTime) }
-
-// tailFile returns the last max bytes of path.
-func tailFile(path string, max int64) []byte {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	off := st.Size() - max
-	if off < 0 {
-		off = 0
-	}
-	b := make([]byte, st.Size()-off)
-	n, _ := f.ReadAt(b, off)
-	return b[:n]
-}
 
 func lastLines(b []byte, n int) []string {
 	s := strings.TrimRight(strings.ReplaceAll(string(b), "\r", ""), "\n")

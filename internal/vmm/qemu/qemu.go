@@ -155,14 +155,8 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		}
 	}
 	args := d.args(run, accel, incoming, h)
-	logf, err := os.OpenFile(filepath.Join(spec.StateDir, fileVMMLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	js, err := d.jailSpec(run, accel, args, h)
 	if err != nil {
-		removeOwned(spec.StateDir)
-		return nil, fmt.Errorf("qemu: %w: %v", errdefs.ErrInternal, err)
-	}
-	js, err := d.jailSpec(run, accel, args, h, logf)
-	if err != nil {
-		logf.Close()
 		removeOwned(spec.StateDir)
 		return nil, err
 	}
@@ -176,7 +170,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	}
 	tJail := time.Now()
 	j, err := jail.Start(js)
-	logf.Close()
+	h.close() // QEMU and the log copier have their own copies
 	tExec := time.Now()
 	if err != nil {
 		removeOwned(spec.StateDir)
@@ -214,7 +208,6 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 		return fail(fmt.Errorf("qemu: %w", err))
 	}
 	v.qmp = q
-	go v.cons.run(v.done)
 	// jail: set-up until QEMU runs; init: from there to QMP's greeting.
 	v.log.Debug("vmm started", "accel", accel, "jail", tExec.Sub(tJail), "init", time.Since(tExec))
 	return v, nil
@@ -345,7 +338,6 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 			rec.Spec.ID, rec.PID, errdefs.ErrUnavailable, err)
 	}
 	v.qmp = q
-	go v.cons.run(v.done)
 	v.log.Info("vmm adopted")
 	return v, nil
 }
