@@ -196,7 +196,7 @@ func (d *Driver) jailSpec(spec vmm.BootSpec, accel string, args []string, h *han
 		Args:       append([]string{filepath.Join(spec.StateDir, filepath.Base(bin))}, args...),
 		ExtraFiles: h.files,
 		Stdout:     h.vmmLog.Writer(), Stderr: h.vmmLog.Writer(),
-		Logs:       []*jail.Log{h.consoleLog, h.vmmLog},
+		Logs:   []*jail.Log{h.consoleLog, h.vmmLog},
 		Limits: limits(spec),
 	}
 	if spec.Initrd != "" {
