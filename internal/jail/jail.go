@@ -33,9 +33,16 @@
 // has no parent-death signal, so it survives a restart of the worker and
 // can be adopted; State is what the caller records for that.
 //
-// The package owns the ids, the cgroups and the jail init; it does not
-// own the VMM's files (the caller's), nor what the VMM does once it runs
-// (QEMU's own seccomp filter is the qemu driver's business).
+// Two things the host does around a jailed VMM live here too, because a
+// VMM taken over by its guest attacks them: its logs are bounded by a
+// copier process that reads its pipes (log.go), and what it can write is
+// opened by the host only through fds checked not to be a symlink,
+// hardlink, FIFO or directory it planted (files.go).
+//
+// The package owns the ids, the cgroups, the jail init and the log
+// copier; it does not own the VMM's files (the caller's), nor what the
+// VMM does once it runs (QEMU's own seccomp filter is the qemu driver's
+// business).
 package jail
 
 import (

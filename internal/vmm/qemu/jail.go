@@ -19,7 +19,7 @@ import (
 // opens by path is bound into its root (kernel, initramfs, memory file:
 // QEMU 7.2 opens those with plain open(2), which fdsets cannot serve);
 // everything else is an fd the worker opened: the disks and the console
-// log through fdsets (-add-fd, /dev/fdset/N), the QMP and agent sockets as
+// log's pipe through fdsets (-add-fd, /dev/fdset/N), the QMP and agent sockets as
 // listening sockets the worker bound in the state dir (so they stay
 // root's, 0600, and keep working when a pool renames the dir), the tap,
 // and the migration streams (QMP getfd), so QEMU never needs to create a
