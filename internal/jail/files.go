@@ -1,10 +1,12 @@
 package jail
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -193,6 +195,39 @@ func MoveOut(dir *os.File, name, dst string, owner Owner) error {
 		return fmt.Errorf("jail: move %s: %w: %v", name, errdefs.ErrInternal, err)
 	}
 	return nil
+}
+
+// DialUnix connects to the unix socket at path, in a directory the VMM
+// writes (Firecracker's API and vsock sockets): a symlink there to another
+// socket (another sandbox's agent, a host daemon's) would have the host
+// talk to it as to this VMM. The socket is looked up as OpenIn looks up a
+// file, must be a socket, and is connected to through its O_PATH fd.
+func DialUnix(ctx context.Context, path string) (net.Conn, error) {
+	dir, err := OpenDir(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	name := filepath.Base(path)
+	pfd, err := unix.Openat2(int(dir.Fd()), name, &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolveBeneath,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+			return nil, refuse(name, "a symlink")
+		}
+		return nil, fmt.Errorf("jail: open %s: %w", name, errnoClass(err))
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, fmt.Errorf("jail: stat %s: %w: %v", name, errdefs.ErrInternal, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, refuse(name, fmt.Sprintf("not a socket (mode %#o)", st.Mode&unix.S_IFMT))
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(pfd))
 }
 
 func check(name string, st *unix.Stat_t, owner Owner) error {

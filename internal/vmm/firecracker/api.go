@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jail"
 )
 
 // The types below are the parts of Firecracker's API (swagger
@@ -156,9 +157,9 @@ const (
 
 func newClient(sock string) *client {
 	tr := &http.Transport{
+		// The socket is in the VMM's run dir: never through a symlink.
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			return jail.DialUnix(ctx, sock)
 		},
 		DisableKeepAlives: true,
 	}

@@ -2,8 +2,10 @@ package firecracker
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -204,5 +206,57 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSocketsNotFollowed: the API and vsock sockets are in the VMM's run
+// dir; a VMM that replaces them with symlinks to another socket (another
+// sandbox's agent, a host daemon) does not get the host to connect there.
+func TestSocketsNotFollowed(t *testing.T) {
+	r := newRig(t, standinConfig{})
+	ctx := ctxT(t)
+	spec := r.spec("vm-sockets")
+	vm, err := r.d.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOnCleanup(t, vm)
+	decoy := filepath.Join(t.TempDir(), "decoy.sock")
+	l, err := net.Listen("unix", decoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	for _, sock := range []string{fileVsock, fileAPI} {
+		p := filepath.Join(spec.StateDir, dirRun, sock)
+		must(t, os.Remove(p))
+		must(t, os.Symlink(decoy, p))
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if c, err := vm.DialAgent(sctx); err == nil {
+		c.Close()
+		t.Error("DialAgent through a planted symlink succeeded")
+	}
+	if err := vm.(vmm.Pauser).Pause(ctx); err == nil {
+		t.Error("Pause through a planted API symlink succeeded")
+	} else if !strings.Contains(err.Error(), "refusing") {
+		t.Errorf("Pause: %v, want a refusal", err)
+	}
+	select {
+	case <-accepted:
+		t.Error("the host connected to the socket a planted symlink named")
+	default:
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jail"
 )
 
 // Firecracker's vsock device is "hybrid": guest vsock ports are reached
@@ -49,8 +50,8 @@ func dialVsock(ctx context.Context, path string, port uint32) (net.Conn, error) 
 
 // connectVsock makes one attempt.
 func connectVsock(ctx context.Context, path string, port uint32) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	// The socket is in the VMM's run dir: never through a symlink.
+	c, err := jail.DialUnix(ctx, path)
 	if err != nil {
 		return nil, err
 	}
