@@ -1,8 +1,10 @@
 package qemu
 
 import (
+	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/space-sandbox/space/internal/jail"
 )
@@ -50,3 +52,29 @@ func (c *console) freeze() {
 }
 
 func (c *console) tail(n int) []string { return lastLines(c.bytes(), n) }
+
+// rotateLegacy rotates, until done closes, the console file of a VMM that
+// appends to it itself (started before the log copier): once a second,
+// past consoleKeep, its tail goes to the old part and it is emptied.
+func (c *console) rotateLegacy(done <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		live := filepath.Join(c.dir, fileConsole)
+		if st, err := os.Stat(live); !c.gone && err == nil && st.Size() > consoleKeep {
+			// QEMU opened the file with O_APPEND: after the truncate its
+			// next write lands at the new end.
+			tail := jail.ReadLog(live, consoleKeep)
+			if os.WriteFile(filepath.Join(c.dir, fileConsoleOld), tail[max(len(tail)-consoleKeep, 0):], 0o600) == nil {
+				_ = os.Truncate(live, 0)
+			}
+		}
+		c.mu.Unlock()
+	}
+}

@@ -35,6 +35,10 @@ type record struct {
 	// Jail is the VMM's jail (uid, cgroups); nil in records written
 	// before VMMs were jailed.
 	Jail *jail.State `json:"jail,omitempty"`
+	// BoundedLogs: the VMM writes its logs through the jail's log copier;
+	// false in records written before, whose console file the worker
+	// rotates.
+	BoundedLogs bool `json:"bounded_logs,omitempty"`
 }
 
 func writeRecord(dir string, r record) error { return vmmproc.WriteRecord(dir, fileState, r) }

@@ -165,7 +165,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.BootSpec, incoming bool) (*
 	// reaps, never one nobody knows of.
 	var rec record
 	js.Record = func(pid int, start uint64, st jail.State) error {
-		rec = record{Spec: spec, PID: pid, StartTime: start, Accel: accel, Binary: d.binary, Incoming: incoming, Jail: &st}
+		rec = record{Spec: spec, PID: pid, StartTime: start, Accel: accel, Binary: d.binary, Incoming: incoming, Jail: &st, BoundedLogs: true}
 		return writeRecord(spec.StateDir, rec)
 	}
 	tJail := time.Now()
@@ -338,6 +338,11 @@ func (d *Driver) Recover(ctx context.Context, stateDir string) (vmm.VM, error) {
 			rec.Spec.ID, rec.PID, errdefs.ErrUnavailable, err)
 	}
 	v.qmp = q
+	if !rec.BoundedLogs {
+		// Started by a worker before the log copier: QEMU appends to the
+		// console file itself, and only a worker rotates it.
+		go v.cons.rotateLegacy(v.done)
+	}
 	v.log.Info("vmm adopted")
 	return v, nil
 }
