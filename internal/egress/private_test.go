@@ -352,6 +352,10 @@ func TestRebindingToPrivateRefused(t *testing.T) {
 	e, l := newLabEnv(t, Policy{Egress: Egress{Allow: []string{"rebind.lab.test", "mixed.lab.test"}}}, func(e *env, cfg *Config) {
 		reb.Resolver = cfg.Resolver
 		cfg.Resolver = reb
+		// Answers cached for no time: the proxy looks the name up again
+		// for the connection (a cached answer is the one judged and
+		// dialled, which is no rebinding).
+		cfg.DNSTTL = time.Nanosecond
 	})
 	addrs, err := e.resolver(net.JoinHostPort(network.GatewayAddr.String(), "53")).LookupNetIP(context.Background(), "ip4", reb.name)
 	if err != nil || len(addrs) != 1 || addrs[0] != labAddrs["public"] {
