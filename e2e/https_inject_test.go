@@ -128,7 +128,8 @@ func TestHTTPSInject(t *testing.T) {
 		t.Fatalf("build the guest client: %v\n%s", err, out)
 	}
 
-	srv := startServer(t, "--feature", "egress_https_inject", "--feature", "network_log", "--egress-ca-file", caFile)
+	srv := startServer(t, "--feature", "egress_https_inject", "--feature", "network_log", "--egress-ca-file", caFile,
+		"--egress-allow-private", "198.18.0.0/15") // the upstreams' lab network
 	c := srv.client(newTenantKey(t, srv, "httpsco"))
 	var feats apiv1.FeatureList
 	c.mustDo("GET", "/v1/features", nil, &feats, 200)

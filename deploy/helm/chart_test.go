@@ -185,6 +185,10 @@ func TestWorker(t *testing.T) {
 	if rule.Ports[0].Port.IntValue() != 7070 || c.Ports[0].ContainerPort != 7070 {
 		t.Errorf("ingress port %s, worker port %d, want 7070", rule.Ports[0].Port, c.Ports[0].ContainerPort)
 	}
+	// Where workers connect is bounded too (TestWorkerEgressPolicy).
+	if eg := get[*networkingv1.NetworkPolicy](t, objs, "space-worker-egress"); !selects(t, eg.Spec.PodSelector.MatchLabels, ds.Spec.Template.Labels) {
+		t.Errorf("egress policy selects %v, not the workers", eg.Spec.PodSelector.MatchLabels)
+	}
 	if len(all[*admissionv1.ValidatingAdmissionPolicy](objs)) != 1 {
 		t.Error("no admission policy keeping workers to their own node")
 	}
@@ -229,6 +233,8 @@ worker:
   memoryLimit: true
   cacheBytes: 17179869184
   updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1}}
+cluster: {podCIDRs: [10.244.0.0/16], serviceCIDRs: [10.96.0.0/12]}
+egress: {allowPrivate: [10.50.0.0/16, 169.254.169.254/32], deny: [10.0.0.0/24]}
 rbac: {restrictWorkersToOwnNode: false}
 networkPolicy: {enabled: false}
 serviceMonitor: {enabled: true, labels: {release: prometheus}}
@@ -273,6 +279,11 @@ func TestOtherValues(t *testing.T) {
 	}
 	if ds.Spec.Template.Spec.Volumes[0].HostPath.Path != "/srv/space" || w.Ports[0].ContainerPort != 9443 {
 		t.Errorf("data dir %s port %d", ds.Spec.Template.Spec.Volumes[0].HostPath.Path, w.Ports[0].ContainerPort)
+	}
+	for _, a := range []string{"--egress-deny=10.244.0.0/16,10.96.0.0/12,10.0.0.0/24", "--egress-allow-private=10.50.0.0/16,169.254.169.254/32"} {
+		if !slices.Contains(w.Args, a) {
+			t.Errorf("worker args %q lack %s", w.Args, a)
+		}
 	}
 	if ds.Spec.Template.Spec.Tolerations[0].Key != "dedicated" || ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
 		t.Error("tolerations or update strategy not applied")

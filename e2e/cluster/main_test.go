@@ -88,7 +88,9 @@ func run(m *testing.M) int {
 		Workers:      workerCount, WorkerVCPUs: 2, WorkerMemoryMiB: 2048, WorkerSandboxes: 4,
 		NodeLease: nodeLease, NodeMonitorGracePeriod: nodeGrace,
 		// No warm pools: six idle restored VMs would only load 2 cores.
-		WorkerArgs: []string{"--accel", "auto", "--pool-size", "0"},
+		// (The egress tests' upstreams are in the benchmarking range,
+		// private: allowed as an operator would a lab network.)
+		WorkerArgs: []string{"--accel", "auto", "--pool-size", "0", "--egress-allow-private", "198.18.0.0/15"},
 		ControlArgs: []string{"--schedule-timeout", scheduleTimeout.String(), "--operation-lease", operationLease.String(),
 			"--pod-toleration-seconds", strconv.Itoa(podToleration)},
 		Progress: os.Stderr,

@@ -20,7 +20,9 @@ type Record struct {
 	Upstream string `json:"upstream,omitempty"`
 	Allowed  bool   `json:"allowed"`
 	// Rule is the policy entry that decided ("allow pypi.org",
-	// "default deny") or the guard that refused ("forbidden address").
+	// "default deny") or the guard that refused, whatever the policy says:
+	// "forbidden address" (this host, loopback, the operator's deny list…)
+	// or "private address" (a private range the operator has not allowed).
 	Rule string `json:"rule"`
 	// BytesOut went from the guest to the upstream, BytesIn came back.
 	BytesOut int64 `json:"bytes_out"`

@@ -237,7 +237,7 @@ func TestMetadataBlocked(t *testing.T) {
 	if out != "" {
 		t.Fatalf("metadata address answered %q", out)
 	}
-	if r := e.lastRecord("tcp"); r.Rule != "forbidden address" {
+	if r := e.lastRecord("tcp"); r.Rule != whyPrivate {
 		t.Fatalf("audit %+v", r)
 	}
 	body, code, err := e.get("http://metadata.test/")

@@ -2,13 +2,17 @@ package egress
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -76,15 +80,88 @@ func TestRulesDecide(t *testing.T) {
 	}
 }
 
-func TestGuardForbidden(t *testing.T) {
-	g := &guard{extra: []netip.Prefix{netip.MustParsePrefix("172.31.0.0/30")}}
-	for a, want := range map[string]bool{
-		"127.0.0.1": true, "169.254.169.254": true, "0.0.0.0": true, "224.0.0.1": true,
-		"255.255.255.255": true, "172.31.0.2": true, "::1": true, "2001:db8::1": true,
-		"203.0.113.9": false,
+func TestGuardRefuses(t *testing.T) {
+	none := newGuard(prefixes("172.31.0.0/30"), nil)
+	lab := newGuard(prefixes("172.31.0.0/30", "10.96.0.0/12"),
+		prefixes("10.0.0.0/8", "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "::ffff:192.168.7.0/120"))
+	metadata := newGuard(nil, prefixes("169.254.169.254/32"))
+	for _, tc := range []struct {
+		g    *guard
+		addr string
+		want string
+	}{
+		{none, "127.0.0.1", whyForbidden}, {none, "0.0.0.0", whyForbidden}, {none, "224.0.0.1", whyForbidden},
+		{none, "255.255.255.255", whyForbidden}, {none, "240.0.0.1", whyForbidden}, {none, "172.31.0.2", whyForbidden},
+		{none, "::1", whyForbidden}, {none, "2001:db8::1", whyForbidden}, {none, "fd00:ec2::254", whyForbidden},
+		{none, "10.1.2.3", whyPrivate}, {none, "172.16.0.1", whyPrivate}, {none, "172.31.255.1", whyPrivate},
+		{none, "192.168.1.1", whyPrivate}, {none, "100.64.0.1", whyPrivate}, {none, "100.127.255.254", whyPrivate},
+		{none, "169.254.169.254", whyPrivate}, {none, "169.254.1.1", whyPrivate}, {none, "192.0.0.8", whyPrivate},
+		{none, "198.18.0.1", whyPrivate}, {none, "198.19.255.1", whyPrivate}, {none, "::ffff:10.0.0.1", whyPrivate},
+		{none, "203.0.113.9", ""}, {none, "198.20.0.1", ""}, {none, "100.128.0.1", ""}, {none, "172.32.0.1", ""},
+		{none, "8.8.8.8", ""}, {none, "11.0.0.1", ""},
+		// The operator's allow-list opens what it covers, never the
+		// never-ranges, its own deny list or a metadata address it does
+		// not name exactly.
+		{lab, "10.1.2.3", ""}, {lab, "10.96.0.1", whyForbidden}, {lab, "10.111.255.255", whyForbidden},
+		{lab, "172.31.0.2", whyForbidden}, {lab, "127.0.0.1", whyForbidden}, {lab, "169.254.1.1", ""},
+		{lab, "169.254.169.254", whyPrivate}, {lab, "100.64.0.1", ""}, {lab, "100.100.100.200", whyPrivate},
+		{lab, "192.168.7.9", ""}, {lab, "192.168.8.9", whyPrivate}, {lab, "172.16.0.1", whyPrivate},
+		{metadata, "169.254.169.254", ""}, {metadata, "169.254.169.253", whyPrivate},
 	} {
-		if got := g.forbidden(netip.MustParseAddr(a)); got != want {
-			t.Errorf("forbidden(%s) = %v, want %v", a, got, want)
+		if got := tc.g.refuse(netip.MustParseAddr(tc.addr)); got != tc.want {
+			t.Errorf("refuse(%s) = %q, want %q (allow-private %v, extra %v)", tc.addr, got, tc.want, tc.g.allowPrivate, tc.g.extra)
+		}
+	}
+}
+
+// The dial the proxy makes is judged by the address it is given, never a
+// name, and the default dialer judges the address it connects to.
+func TestGuardCheckedDial(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	g := newGuard(nil, nil)
+	reached := 0
+	dial := g.checkedDial(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		reached++
+		return nil, errors.New("not dialled in this test")
+	})
+	for _, addr := range []string{"127.0.0.1:" + port, "localhost:" + port, "10.0.0.1:80", "[::1]:80", "198.18.0.1:80"} {
+		if _, err := dial(context.Background(), "tcp4", addr); !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("dial %s: %v, want the guard's refusal", addr, err)
+		}
+	}
+	if reached != 0 {
+		t.Errorf("the dialer was called %d times for refused addresses", reached)
+	}
+	if _, err := dial(context.Background(), "tcp4", "203.0.113.9:80"); err == nil || errors.Is(err, errdefs.ErrPermissionDenied) || reached != 1 {
+		t.Errorf("a public address was not handed to the dialer: %v (%d calls)", err, reached)
+	}
+	// A name resolved inside the dialer is judged at connect(2).
+	d := net.Dialer{Timeout: 5 * time.Second, Control: g.control}
+	if c, err := d.DialContext(context.Background(), "tcp4", "localhost:"+port); err == nil {
+		c.Close()
+		t.Fatal("the default dialer connected to loopback through a name")
+	} else if !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("dial localhost: %v, want the guard's refusal", err)
+	}
+}
+
+func TestParsePrefixes(t *testing.T) {
+	got, err := ParsePrefixes([]string{"10.0.0.0/8, 192.168.1.7", "", "fd00::/8,::ffff:172.16.0.0/108", "10.1.2.3/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := prefixes("10.0.0.0/8", "192.168.1.7/32", "fd00::/8", "172.16.0.0/12", "10.1.0.0/16")
+	if !slices.Equal(got, want) {
+		t.Errorf("ParsePrefixes = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "example.com", "10.0.0", "fe80::1%eth0/64"} {
+		if _, err := ParsePrefixes([]string{bad}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("ParsePrefixes(%q): %v, want invalid_argument", bad, err)
 		}
 	}
 }

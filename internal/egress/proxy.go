@@ -184,8 +184,8 @@ func (c *proxyConn) forwardRaw(dst netip.AddrPort, rule string) {
 
 func (c *proxyConn) forwardRawBuffered(dst netip.AddrPort, rule string, from io.Reader) {
 	rec := Record{Kind: "tcp", Destination: dst.String(), Rule: rule}
-	if c.sb.svc.guard.forbidden(dst.Addr()) {
-		rec.Rule = "forbidden address"
+	if why := c.sb.svc.guard.refuse(dst.Addr()); why != "" {
+		rec.Rule = why
 		c.sb.record(rec)
 		return
 	}
@@ -235,7 +235,8 @@ func (c *proxyConn) forwardNamed(kind, name string, port uint16, br *bufio.Reade
 }
 
 // resolve returns the addresses the platform would connect to for name:
-// IPv4, not forbidden, not in a denied CIDR.
+// IPv4, allowed by the guard, not in a denied CIDR. With none, it says
+// why (the last refusal's reason).
 func (sb *sandbox) resolve(ctx context.Context, r *rules, name string) ([]netip.Addr, string) {
 	addrs, _, err := sb.lookup(ctx, name)
 	if err != nil {
@@ -248,10 +249,11 @@ func (sb *sandbox) resolve(ctx context.Context, r *rules, name string) ([]netip.
 // the audit rule why.
 func (sb *sandbox) usable(r *rules, addrs []netip.Addr) ([]netip.Addr, string) {
 	var ok []netip.Addr
-	why := "forbidden address"
+	why := whyForbidden
 	for _, a := range addrs {
 		a = a.Unmap()
-		if sb.svc.guard.forbidden(a) {
+		if w := sb.svc.guard.refuse(a); w != "" {
+			why = w
 			continue
 		}
 		if d, rule := r.deniedAddr(a); d {

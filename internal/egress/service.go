@@ -6,6 +6,10 @@
 // plain-HTTP requests for matching domains with the secret scrubbed from what
 // flows back, per-sandbox budgets on what a guest can make the host hold or
 // do (budgets.go), and an audit ring per sandbox.
+// Whatever a policy says, it never connects to this host, loopback or the
+// operator's denied ranges, nor to a private range (RFC 1918, CGNAT,
+// link-local, cloud metadata…) the operator has not allowed (guard.go),
+// judging the address it actually dials.
 //
 // With a per-deployment CA (Config.CA, see LoadOrCreateCA) it also injects
 // into HTTPS: TLS whose SNI names a domain with inject rules is terminated
@@ -47,13 +51,23 @@ type SecretFunc func(ctx context.Context, name string) (string, error)
 type Config struct {
 	Logger   *slog.Logger
 	Resolver Resolver
-	// Dial connects to upstreams from the worker's namespace
-	// (default net.Dialer with a 10 s timeout).
+	// Dial connects to upstreams from the worker's namespace (default
+	// net.Dialer with a 10 s timeout). It is only ever given addresses the
+	// guard allows, as IP literals; the default also checks the socket
+	// address it connects to.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Forbidden are prefixes no policy may reach, on top of loopback,
-	// link-local, multicast and this machine's own addresses. Pass the
-	// sandbox link network and the control plane's network here.
+	// multicast, reserved and this machine's own addresses, whatever
+	// AllowPrivate says. Pass the sandbox link network, the control
+	// plane's network and the cluster's Pod and Service ranges here
+	// (spaced's --egress-deny).
 	Forbidden []netip.Prefix
+	// AllowPrivate are the parts of the private ranges (PrivateRanges:
+	// RFC 1918, CGNAT, link-local, ULA, benchmarking…) sandboxes may reach,
+	// as their policies allow (spaced's --egress-allow-private). Nil: none,
+	// whatever a tenant's policy says. A cloud metadata address opens only
+	// when listed exactly (169.254.169.254/32).
+	AllowPrivate []netip.Prefix
 	// MaxConns caps a sandbox's concurrent proxied connections (default 256).
 	MaxConns int
 	// MaxHeaderBytes bounds an HTTP request's header from the guest and a
@@ -126,10 +140,12 @@ func New(cfg Config) *Service {
 		// thread past LookupTimeout.
 		cfg.Resolver = &net.Resolver{PreferGo: true}
 	}
+	g := newGuard(cfg.Forbidden, cfg.AllowPrivate)
 	if cfg.Dial == nil {
-		d := &net.Dialer{Timeout: 10 * time.Second}
+		d := &net.Dialer{Timeout: 10 * time.Second, Control: g.control}
 		cfg.Dial = d.DialContext
 	}
+	cfg.Dial = g.checkedDial(cfg.Dial)
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 256
 	}
@@ -166,7 +182,7 @@ func New(cfg Config) *Service {
 	if cfg.DNSTTL <= 0 {
 		cfg.DNSTTL = 5 * time.Second
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, guard: &guard{extra: cfg.Forbidden}, roots: cfg.UpstreamRoots,
+	return &Service{cfg: cfg, log: cfg.Logger, guard: g, roots: cfg.UpstreamRoots,
 		budgets: newBudgets(cfg), sandboxes: map[string]*sandbox{}}
 }
 

@@ -7,6 +7,7 @@ package server
 import (
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,6 +45,14 @@ type Config struct {
 	// EgressCAFiles are PEM CA certificates the egress proxy trusts, besides
 	// the system store, for upstreams of intercepted HTTPS.
 	EgressCAFiles []string
+	// EgressAllowPrivate are the parts of the private ranges (RFC 1918,
+	// CGNAT, link-local, ULA, benchmarking; egress.PrivateRanges) that
+	// sandboxes may reach as their policies allow; by default none, so a
+	// sandbox reaches neither the host's networks nor the cluster's.
+	EgressAllowPrivate []netip.Prefix
+	// EgressDeny are ranges no sandbox ever reaches, whatever its policy
+	// and EgressAllowPrivate say: the cluster's Pod and Service CIDRs.
+	EgressDeny []netip.Prefix
 
 	BootTimeout time.Duration
 	// PoolSize is how many restored, warmed VMs to keep per template

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/guest"
 	"github.com/space-sandbox/space/internal/worker/local"
 )
@@ -22,6 +23,7 @@ type configFlags struct {
 	api, host                       bool
 	features, sourceRoots, registry multiFlag
 	egressCAs                       multiFlag
+	egressAllowPrivate, egressDeny  multiFlag
 }
 
 type multiFlag []string
@@ -64,6 +66,9 @@ func (f *configFlags) registerHost(fs *flag.FlagSet) {
 	cfg := f.cfg
 	f.host = true
 	fs.Var(&f.egressCAs, "egress-ca-file", "PEM CA certificates the egress proxy trusts for upstreams, besides the system store (repeatable)")
+	fs.Var(&f.egressAllowPrivate, "egress-allow-private", "private ranges (CIDR,…: RFC 1918, CGNAT, link-local, ULA) sandboxes may reach as their policies allow; "+
+		"none by default, whatever a policy says; a cloud metadata address only if listed exactly (repeatable)")
+	fs.Var(&f.egressDeny, "egress-deny", "ranges (CIDR,…) no sandbox may reach whatever its policy and --egress-allow-private say, e.g. the cluster's Pod and Service CIDRs (repeatable)")
 	fs.StringVar(&cfg.Accel, "accel", "auto", "VM acceleration: auto (KVM if a probe VM boots, else TCG), kvm or tcg")
 	fs.StringVar(&cfg.KernelDir, "kernel-dir", guest.KernelDirFromEnv(), "guest kernel cache (filled by make setup)")
 	fs.StringVar(&cfg.AgentBinary, "agent-binary", defaultAgentBinary(), "static space-agent binary put into guests")
@@ -93,6 +98,12 @@ func (f *configFlags) finish(fs *flag.FlagSet) error {
 	var err error
 	if cfg.EgressCAFiles, err = absPaths(f.egressCAs); err != nil {
 		return err
+	}
+	if cfg.EgressAllowPrivate, err = egress.ParsePrefixes(f.egressAllowPrivate); err != nil {
+		return fmt.Errorf("--egress-allow-private: %w", err)
+	}
+	if cfg.EgressDeny, err = egress.ParsePrefixes(f.egressDeny); err != nil {
+		return fmt.Errorf("--egress-deny: %w", err)
 	}
 	if cfg.TemplateSourceRoots, err = absPaths(f.sourceRoots); err != nil {
 		return err

@@ -57,15 +57,9 @@ func startNetwork(ctx context.Context, cfg Config, db store.Store, budgets *budg
 			"cert", filepath.Join(dataDir, egress.CACertFile), "subject", ca.Certificate().Subject.CommonName)
 	}
 	mgr := network.New(ctx, network.Config{Logger: log.With("component", "network"), Instance: dataDir})
-	eg := egress.New(egress.Config{
-		Logger: log.With("component", "egress"),
-		// Never reachable whatever a policy says, on top of loopback,
-		// link-local, multicast and this host's own addresses.
-		Forbidden:     []netip.Prefix{network.GuestPrefix},
-		CA:            ca,
-		UpstreamRoots: roots,
-		Budgets:       budgets,
-	})
+	ec := egressConfig(cfg, log, ca, roots)
+	ec.Budgets = budgets
+	eg := egress.New(ec)
 	closeAll := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -73,6 +67,25 @@ func startNetwork(ctx context.Context, cfg Config, db store.Store, budgets *budg
 		_ = mgr.Close(cctx)
 	}
 	return netParts{secrets: sec, netns: mgr, egress: eg}, closeAll, nil
+}
+
+// egressConfig is the egress service's configuration on a VM host (single
+// node or worker): never reachable whatever a policy says, on top of
+// loopback, multicast and this host's own addresses, are the sandbox link
+// network and the operator's --egress-deny; of the private ranges only
+// --egress-allow-private is.
+func egressConfig(cfg Config, log *slog.Logger, ca *egress.CA, roots *x509.CertPool) egress.Config {
+	log = log.With("component", "egress")
+	if len(cfg.EgressAllowPrivate) > 0 || len(cfg.EgressDeny) > 0 {
+		log.Info("egress to private networks", "allowed", cfg.EgressAllowPrivate, "denied", cfg.EgressDeny)
+	}
+	return egress.Config{
+		Logger:        log,
+		Forbidden:     append([]netip.Prefix{network.GuestPrefix}, cfg.EgressDeny...),
+		AllowPrivate:  cfg.EgressAllowPrivate,
+		CA:            ca,
+		UpstreamRoots: roots,
+	}
 }
 
 // upstreamRoots is the system CA store plus the PEM certificates in files

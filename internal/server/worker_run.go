@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"slices"
 	"time"
@@ -165,12 +164,7 @@ func startWorkerNetwork(ctx context.Context, cfg Config, log *slog.Logger) (*net
 		}
 	}
 	mgr := network.New(ctx, network.Config{Logger: log.With("component", "network"), Instance: cfg.DataDir})
-	eg := egress.New(egress.Config{
-		Logger:        log.With("component", "egress"),
-		Forbidden:     []netip.Prefix{network.GuestPrefix},
-		CA:            ca,
-		UpstreamRoots: roots,
-	})
+	eg := egress.New(egressConfig(cfg, log, ca, roots))
 	closeAll := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -79,6 +79,9 @@ func (e *env) withNetwork(name string) (mgr *network.Manager, namespaces func(ki
 	eg := egress.New(egress.Config{
 		Resolver:  mapResolver{poolAllowedHost: poolUpAllowed, poolOtherHost: poolUpOther},
 		Forbidden: []netip.Prefix{network.GuestPrefix},
+		// The upstream is in the benchmarking range, private: allowed as
+		// an operator would a lab network.
+		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")},
 	})
 	prefix := network.NamePrefix + instance + "-"
 	namespaces = func(kind string) []string {
