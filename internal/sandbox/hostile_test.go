@@ -3,10 +3,12 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
 )
@@ -110,5 +112,140 @@ func TestInheritBoundsGuestList(t *testing.T) {
 		if !first[c.ProcessID] {
 			t.Fatalf("inherited %s, which is past the first %d of the guest's list", c.ProcessID, MaxGuestProcesses)
 		}
+	}
+}
+
+// TestGuestExitOutcomes: the exit a guest reports is recorded only when it
+// is one a guest may report; host-only reasons, an empty reason and exits
+// that do not hold together are recorded "lost", the host's word.
+func TestGuestExitOutcomes(t *testing.T) {
+	d := newDomain(t)
+	ctx := context.Background()
+	sb := d.create()
+	code := func(n int) *int { return &n }
+	for _, tc := range []struct {
+		name   string
+		exit   agentproto.ExitStatus
+		reason string
+	}{
+		{"exited", agentproto.ExitStatus{ExitCode: code(3), Reason: agentproto.ReasonExited}, agentproto.ReasonExited},
+		{"signaled", agentproto.ExitStatus{Signal: "SIGTERM", Reason: agentproto.ReasonSignaled}, agentproto.ReasonSignaled},
+		{"real-time signal", agentproto.ExitStatus{Reason: agentproto.ReasonSignaled}, agentproto.ReasonSignaled},
+		{"timeout", agentproto.ExitStatus{Signal: "SIGKILL", Reason: agentproto.ReasonTimeout}, agentproto.ReasonTimeout},
+		{"oom", agentproto.ExitStatus{Signal: "SIGKILL", Reason: agentproto.ReasonOOM}, agentproto.ReasonOOM},
+		{"claims sandbox_deleted", agentproto.ExitStatus{Reason: agentproto.ReasonSandboxDeleted}, agentproto.ReasonLost},
+		{"claims lost with a code", agentproto.ExitStatus{ExitCode: code(0), Reason: agentproto.ReasonLost}, agentproto.ReasonLost},
+		{"empty reason", agentproto.ExitStatus{ExitCode: code(0)}, agentproto.ReasonLost},
+		{"unknown reason", agentproto.ExitStatus{ExitCode: code(0), Reason: "finished"}, agentproto.ReasonLost},
+		{"exit code out of range", agentproto.ExitStatus{ExitCode: code(-9), Reason: agentproto.ReasonExited}, agentproto.ReasonLost},
+		{"exited with a signal", agentproto.ExitStatus{ExitCode: code(0), Signal: "SIGKILL", Reason: agentproto.ReasonExited}, agentproto.ReasonLost},
+		{"unknown signal", agentproto.ExitStatus{Signal: "SIGBANANA", Reason: agentproto.ReasonSignaled}, agentproto.ReasonLost},
+		{"signaled with a code", agentproto.ExitStatus{ExitCode: code(1), Signal: "SIGTERM", Reason: agentproto.ReasonKilled}, agentproto.ReasonLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := d.sourceCommands(sb, 1)[0]
+			tc.exit.EndedAt = time.Now().Add(24 * time.Hour) // a guest clock far ahead
+			d.svc.RecordExit(ctx, id, &tc.exit, 5)
+			c, err := d.store.GetCommand(ctx, d.tenant, sb.ID, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex, ok := DecodeExit(c)
+			if !ok || c.State != store.CommandExited || ex.Reason != tc.reason {
+				t.Fatalf("guest reported %+v: stored %s %+v (ok %v), want reason %s", tc.exit, c.State, ex, ok, tc.reason)
+			}
+			if ex.EndedAt == nil || ex.EndedAt.After(time.Now()) {
+				t.Fatalf("stored end %v, want a time no later than the host's now", ex.EndedAt)
+			}
+			if tc.reason == agentproto.ReasonLost && (ex.ExitCode != nil || ex.Signal != nil) {
+				t.Fatalf("lost exit keeps the guest's code %v / signal %v", ex.ExitCode, ex.Signal)
+			}
+		})
+	}
+}
+
+// erringGuest answers every Stat with err.
+type erringGuest struct {
+	worker.Guest
+	err error
+}
+
+func (g erringGuest) Stat(context.Context, string) (agentproto.FileInfo, error) {
+	return agentproto.FileInfo{}, g.err
+}
+
+// TestGuestErrorClasses: the class of a guest's error answer (and so the
+// tenant's HTTP status) is the guest's only among those its calls may end
+// with; any other becomes internal with the host's message, and a long
+// message is cut.
+func TestGuestErrorClasses(t *testing.T) {
+	d := newDomain(t)
+	ctx := context.Background()
+	sb := d.create()
+	long := strings.Repeat("x", 10*MaxGuestMessage)
+	for _, tc := range []struct {
+		code  string
+		class *errdefs.Class
+	}{
+		{"not_found", errdefs.ErrNotFound},
+		{"invalid_argument", errdefs.ErrInvalidArgument},
+		{"conflict", errdefs.ErrConflict},
+		{"permission_denied", errdefs.ErrPermissionDenied},
+		{"resource_exhausted", errdefs.ErrResourceExhausted},
+		{"unavailable", errdefs.ErrUnavailable},
+		{"unauthenticated", errdefs.ErrInternal},
+		{"payload_too_large", errdefs.ErrInternal},
+		{"internal", errdefs.ErrInternal},
+		{"no_such_code", errdefs.ErrInternal},
+	} {
+		answer := (&agentproto.Error{Code: tc.code, Message: "guest says " + tc.code}).Err()
+		d.worker.WrapGuest = func(id string, g worker.Guest) worker.Guest { return erringGuest{g, answer} }
+		ag, err := d.svc.Agent(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ag.Stat(ctx, "/x")
+		c, msg, _ := errdefs.Render(err)
+		if c != tc.class {
+			t.Errorf("guest answered %s: class %s (%q), want %s", tc.code, c.Code(), msg, tc.class.Code())
+		}
+		if c == errdefs.ErrInternal && strings.Contains(msg, "guest says") {
+			t.Errorf("guest answered %s: its message %q reaches the tenant", tc.code, msg)
+		}
+	}
+	d.worker.WrapGuest = func(id string, g worker.Guest) worker.Guest {
+		return erringGuest{g, (&agentproto.Error{Code: "not_found", Message: long}).Err()}
+	}
+	ag, err := d.svc.Agent(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ag.Stat(ctx, "/x")
+	if _, msg, _ := errdefs.Render(err); errdefs.ClassOf(err) != errdefs.ErrNotFound || len(msg) > MaxGuestMessage+len("…") {
+		t.Fatalf("a not_found with a %d-byte message: %s with %d bytes, want not_found cut to %d", len(long), errdefs.ClassOf(err).Code(), len(msg), MaxGuestMessage)
+	}
+}
+
+// TestSettleBroken: a command whose guest broke its event stream past the
+// retries (data_loss) ends "lost", decided by the host; other errors leave
+// it running.
+func TestSettleBroken(t *testing.T) {
+	d := newDomain(t)
+	ctx := context.Background()
+	sb := d.create()
+	id := d.sourceCommands(sb, 1)[0]
+	c, err := d.store.GetCommand(ctx, d.tenant, sb.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ended := d.svc.SettleBroken(ctx, sb, c, 4, errdefs.New(errdefs.ErrUnavailable, "link down")); ended {
+		t.Fatal("an unavailable link ended the command")
+	}
+	ex, ended := d.svc.SettleBroken(ctx, sb, c, 4, errdefs.New(errdefs.ErrDataLoss, "broken stream"))
+	if !ended || ex.Reason != agentproto.ReasonLost || ex.Seq != 5 {
+		t.Fatalf("broken stream: %+v ended %v, want lost at seq 5", ex, ended)
+	}
+	if c, _ = d.store.GetCommand(ctx, d.tenant, sb.ID, id); c.State != store.CommandExited {
+		t.Fatalf("command %s after a broken stream", c.State)
 	}
 }
