@@ -90,8 +90,8 @@ func (v *fakeVM) Stop(context.Context) error {
 	return nil
 }
 
-func (v *fakeVM) Done() <-chan struct{}   { return v.done }
-func (v *fakeVM) Err() error              { return nil }
+func (v *fakeVM) Done() <-chan struct{}    { return v.done }
+func (v *fakeVM) Err() error               { return nil }
 func (v *fakeVM) ConsoleTail(int) []string { return nil }
 
 // fakeEnv is a worker config over a test volume (with the base template)
