@@ -122,11 +122,12 @@ func New(cfg Config) *Engine {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	m := newMetrics(cfg.Registerer)
 	e := &Engine{
 		store:     cfg.Store,
 		log:       log,
-		slots:     newSlots(cfg.Concurrency, cfg.TenantShare),
-		metrics:   newMetrics(cfg.Registerer),
+		slots:     newSlots(cfg.Concurrency, cfg.TenantShare, m.waitedForShare),
+		metrics:   m,
 		owner:     cfg.Owner,
 		ttl:       cfg.LeaseTTL,
 		takenOver: cfg.TakenOver,

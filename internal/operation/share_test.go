@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/space-sandbox/space/internal/operation"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -19,7 +21,8 @@ func TestTenantShare(t *testing.T) {
 	if err := e.store.CreateTenant(e.ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	eng := operation.New(operation.Config{Store: e.store, Concurrency: 4, TenantShare: 2})
+	reg := prometheus.NewRegistry()
+	eng := operation.New(operation.Config{Store: e.store, Concurrency: 4, TenantShare: 2, Registerer: reg})
 	release := make(chan struct{})
 	t.Cleanup(func() {
 		close(release)
@@ -75,5 +78,8 @@ func TestTenantShare(t *testing.T) {
 	}
 	if running != 2 {
 		t.Fatalf("%d of the flood's operations run, want its share of 2", running)
+	}
+	if n := counter(t, reg, "space_operation_tenant_share_waits_total", ""); n != float64(len(flood)-2) {
+		t.Fatalf("tenant share waits = %v, want the flood's %d beyond its share", n, len(flood)-2)
 	}
 }

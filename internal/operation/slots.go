@@ -15,6 +15,8 @@ import (
 type slots struct {
 	all   chan struct{}
 	share int
+	// waited is called when an operation waits for its tenant's share.
+	waited func()
 
 	mu      sync.Mutex
 	tenants map[string]*tenantShare // only those holding or waiting
@@ -25,8 +27,8 @@ type tenantShare struct {
 	refs int // holders and waiters
 }
 
-func newSlots(total, share int) *slots {
-	return &slots{all: make(chan struct{}, total), share: share, tenants: map[string]*tenantShare{}}
+func newSlots(total, share int, waited func()) *slots {
+	return &slots{all: make(chan struct{}, total), share: share, waited: waited, tenants: map[string]*tenantShare{}}
 }
 
 // acquire waits for a slot for an operation of tenant; it returns the
@@ -42,9 +44,14 @@ func (s *slots) acquire(ctx context.Context, tenant string) (release func(), ok 
 	s.mu.Unlock()
 	select {
 	case ts.held <- struct{}{}:
-	case <-ctx.Done():
-		s.unref(tenant, ts)
-		return nil, false
+	default:
+		s.waited()
+		select {
+		case ts.held <- struct{}{}:
+		case <-ctx.Done():
+			s.unref(tenant, ts)
+			return nil, false
+		}
 	}
 	select {
 	case s.all <- struct{}{}:
