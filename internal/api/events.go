@@ -143,6 +143,10 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 			idle.Reset(s.cfg.Heartbeat)
 		case n := <-next:
 			if n.err != nil {
+				if ex, ended := s.svc.SettleBroken(ctx, sb, c, lastSeq, n.err); ended {
+					ew.event(exitEvent(ex, lastSeq))
+					return nil
+				}
 				if ctx.Err() == nil && sandbox.Overdue(c) {
 					if ex, ended := s.svc.SettleOverdue(ctx, sb, c, lastSeq); ended {
 						ew.event(exitEvent(ex, lastSeq))

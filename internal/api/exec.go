@@ -111,10 +111,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		}
 		ex, err := s.execEvents(sctx, ag, c.ProcessID, &lastSeq, stdout, stderr)
 		cancel()
+		stored, broken := s.svc.SettleBroken(ctx, sb, c, lastSeq, err)
 		switch {
 		case err == nil:
 			s.svc.RecordExit(ctx, c.ID, ex.exit, ex.seq)
 			answer(toExitStatus(ex.exit))
+			return nil
+		case broken:
+			answer(wireExit(stored))
 			return nil
 		case bound && ctx.Err() == nil && sandbox.Overdue(c):
 			if stored, ended := s.svc.SettleOverdue(ctx, sb, c, lastSeq); ended {

@@ -1,8 +1,9 @@
 // Package operation runs the control plane's asynchronous lifecycle work.
 // An operation is persisted (pending) before anything acts on it, in the same
 // transaction as the object it changes; an in-process executor then runs the
-// handler registered for its type, with bounded concurrency and strictly one
-// operation at a time per target, in submission order. Every operation ends
+// handler registered for its type, with bounded concurrency (of which one
+// tenant holds at most its share) and strictly one operation at a time per
+// target, in submission order. Every operation ends
 // in a terminal state: handlers' results and errors are recorded, cancel is
 // honoured, and Recover ends whatever a crash interrupted.
 //
@@ -44,6 +45,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Concurrency bounds how many handlers run at once (default 8).
 	Concurrency int
+	// TenantShare bounds how many of those one tenant's operations hold at
+	// once (slots.go), so one tenant flooding operations cannot starve
+	// another's. Default: half of Concurrency, at least 1.
+	TenantShare int
 	// Registerer, when set, gets the engine's metrics.
 	Registerer prometheus.Registerer
 	// Owner names this engine in operation leases: unique among the
@@ -74,7 +79,7 @@ const cancelGrace = 5 * time.Second
 type Engine struct {
 	store   store.Store
 	log     *slog.Logger
-	sem     chan struct{}
+	slots   *slots
 	metrics *metrics
 
 	owner     string
@@ -89,7 +94,7 @@ type Engine struct {
 	mu       sync.Mutex
 	closed   bool
 	handlers map[store.OperationType]Handler
-	queues   map[string][]string           // target -> op ids waiting, in order
+	queues   map[string][]queued           // target -> ops waiting, in order
 	active   map[string]bool               // target -> a runner goroutine exists
 	known    map[string]bool               // op ids this engine queued and has not finished
 	cancels  map[string]context.CancelFunc // running op id -> cancel
@@ -102,6 +107,10 @@ func New(cfg Config) *Engine {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
+	if cfg.TenantShare <= 0 {
+		cfg.TenantShare = max(cfg.Concurrency/2, 1)
+	}
+	cfg.TenantShare = min(cfg.TenantShare, cfg.Concurrency)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -113,11 +122,12 @@ func New(cfg Config) *Engine {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	m := newMetrics(cfg.Registerer)
 	e := &Engine{
 		store:     cfg.Store,
 		log:       log,
-		sem:       make(chan struct{}, cfg.Concurrency),
-		metrics:   newMetrics(cfg.Registerer),
+		slots:     newSlots(cfg.Concurrency, cfg.TenantShare, m.waitedForShare),
+		metrics:   m,
 		owner:     cfg.Owner,
 		ttl:       cfg.LeaseTTL,
 		takenOver: cfg.TakenOver,
@@ -125,7 +135,7 @@ func New(cfg Config) *Engine {
 		baseCtx:   ctx,
 		stop:      cancel,
 		handlers:  map[store.OperationType]Handler{},
-		queues:    map[string][]string{},
+		queues:    map[string][]queued{},
 		active:    map[string]bool{},
 		known:     map[string]bool{},
 		cancels:   map[string]context.CancelFunc{},
@@ -200,7 +210,7 @@ func (e *Engine) enqueue(op *store.Operation) {
 		return // stays pending; Recover at the next start ends it
 	}
 	e.known[op.ID] = true
-	e.queues[op.Target] = append(e.queues[op.Target], op.ID)
+	e.queues[op.Target] = append(e.queues[op.Target], queued{id: op.ID, tenant: op.TenantID})
 	if !e.active[op.Target] {
 		e.active[op.Target] = true
 		e.wg.Add(1)
@@ -221,34 +231,36 @@ func (e *Engine) drain(target string) {
 			e.mu.Unlock()
 			return
 		}
-		id := q[0]
+		next := q[0]
 		e.queues[target] = q[1:]
 		e.mu.Unlock()
 
-		e.startAndRun(id)
+		e.startAndRun(next.id, next.tenant)
 	}
 }
 
-// startAndRun waits for a slot and for id's target to be free (no
-// operation of it running on any replica sharing the store), starts id and
-// runs it. An operation cancelled, taken over or finished meanwhile is
+// queued is an operation waiting in its target's queue.
+type queued struct{ id, tenant string }
+
+// startAndRun waits for a slot in tenant's share and for id's target to be
+// free (no operation of it running on any replica sharing the store),
+// starts id and runs it. An operation cancelled, taken over or finished meanwhile is
 // dropped; one the engine's close finds waiting stays pending.
-func (e *Engine) startAndRun(id string) {
+func (e *Engine) startAndRun(id, tenant string) {
 	wait := turnPollMin
 	for {
-		select {
-		case e.sem <- struct{}{}:
-		case <-e.baseCtx.Done():
+		release, ok := e.slots.acquire(e.baseCtx, tenant)
+		if !ok {
 			e.forget(id)
 			return
 		}
 		op, holder, err := e.start(id)
 		if op != nil {
 			e.run(op)
-			<-e.sem
+			release()
 			return
 		}
-		<-e.sem
+		release()
 		if holder == nil {
 			if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
 				e.log.Error("start operation", "op", id, "err", err)

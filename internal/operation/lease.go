@@ -159,12 +159,11 @@ func (e *Engine) takeOver() {
 func (e *Engine) settleTakenOver(op *store.Operation) {
 	defer e.wg.Done()
 	defer e.forget(op.ID)
-	select {
-	case e.sem <- struct{}{}:
-	case <-e.baseCtx.Done():
+	release, ok := e.slots.acquire(e.baseCtx, op.TenantID)
+	if !ok {
 		return
 	}
-	defer func() { <-e.sem }()
+	defer release()
 	ctx, cancel := context.WithCancel(e.baseCtx)
 	defer cancel()
 	e.mu.Lock()

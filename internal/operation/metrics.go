@@ -13,6 +13,7 @@ type metrics struct {
 	submittedTotal *prometheus.CounterVec
 	finishedTotal  *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
+	shareWaits     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,8 +34,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time operation handlers ran, by type.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}, []string{"type"}),
+		shareWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "space", Name: "operation_tenant_share_waits_total",
+			Help: "Operations that waited because their tenant held its whole share of the engine's slots.",
+		}),
 	}
-	reg.MustRegister(m.submittedTotal, m.finishedTotal, m.duration)
+	reg.MustRegister(m.submittedTotal, m.finishedTotal, m.duration, m.shareWaits)
 	return m
 }
 
@@ -53,5 +58,11 @@ func (m *metrics) finished(t store.OperationType, s store.OperationState) {
 func (m *metrics) observe(t store.OperationType, d time.Duration) {
 	if m != nil {
 		m.duration.WithLabelValues(string(t)).Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) waitedForShare() {
+	if m != nil {
+		m.shareWaits.Inc()
 	}
 }

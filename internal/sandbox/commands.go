@@ -52,9 +52,18 @@ func (s *Service) EnsureStarted(ctx context.Context, sb *store.Sandbox, c *store
 	return c, ag, err
 }
 
-// RecordExit stores how a command ended (first writer wins).
+// RecordExit stores how a command ended, as its guest reported it (first
+// writer wins); an exit the guest may not report is recorded "lost".
 func (s *Service) RecordExit(ctx context.Context, id string, ex *agentproto.ExitStatus, seq uint64) {
-	raw, _ := json.Marshal(ExitOf(ex, seq))
+	if err := checkGuestExit(ex); err != nil {
+		s.logger.Warn("guest reported an exit it may not: recorded as lost", "command", id, "err", err)
+	}
+	s.recordExit(ctx, id, ExitOf(ex, seq))
+}
+
+// recordExit stores an exit the host decided (first writer wins).
+func (s *Service) recordExit(ctx context.Context, id string, ex Exit) {
+	raw, _ := json.Marshal(ex)
 	_, err := s.store.UpdateCommand(context.WithoutCancel(ctx), id,
 		[]store.CommandState{store.CommandCreated, store.CommandRunning}, func(c *store.Command) error {
 			c.State, c.Exit = store.CommandExited, raw

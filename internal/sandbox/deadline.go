@@ -170,15 +170,43 @@ func (s *Service) SettleOverdue(ctx context.Context, sb *store.Sandbox, c *store
 		log = log.With("err", CauseString(err))
 	}
 	log.Warn("command ended by the server: its deadline passed without an exit from the guest")
-	s.RecordExit(ctx, c.ID, &agentproto.ExitStatus{Reason: reason, EndedAt: time.Now().UTC()}, lastSeq+1)
+	now := time.Now().UTC()
+	ex := Exit{Reason: reason, EndedAt: &now, Seq: lastSeq + 1}
+	s.recordExit(ctx, c.ID, ex)
 	if fresh, err := s.store.GetCommand(context.WithoutCancel(ctx), sb.TenantID, sb.ID, c.ID); err == nil {
-		if ex, ok := DecodeExit(fresh); ok {
-			return ex, true
+		if stored, ok := DecodeExit(fresh); ok {
+			return stored, true
 		}
 	}
+	return ex, true
+}
+
+// SettleBroken ends c when err, from its event stream, says the guest
+// broke that stream past what the host retries (errdefs.ErrDataLoss): the
+// process is killed if the agent still answers, and the command ends
+// "lost", the host's reason, since how it ended is no longer the guest's
+// to say. It returns the stored exit (maybe one recorded first), or false
+// for any other error.
+func (s *Service) SettleBroken(ctx context.Context, sb *store.Sandbox, c *store.Command, lastSeq uint64, err error) (Exit, bool) {
+	if errdefs.ClassOf(err) != errdefs.ErrDataLoss {
+		return Exit{}, false
+	}
+	ctx = context.WithoutCancel(ctx)
+	if ag, aerr := s.Agent(ctx, sb.ID); aerr == nil {
+		pctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+		_ = ag.Signal(pctx, c.ProcessID, "SIGKILL")
+		cancel()
+	}
+	s.logger.Warn("command ended by the server: its guest kept breaking its event stream",
+		"request_id", s.requestID(ctx), "sandbox", sb.ID, "command", c.ID, "err", CauseString(err))
 	now := time.Now().UTC()
-	ex := Exit{Seq: lastSeq + 1}
-	ex.Reason, ex.EndedAt = reason, &now
+	ex := Exit{Reason: agentproto.ReasonLost, EndedAt: &now, Seq: lastSeq + 1}
+	s.recordExit(ctx, c.ID, ex)
+	if fresh, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, c.ID); err == nil {
+		if stored, ok := DecodeExit(fresh); ok {
+			return stored, true
+		}
+	}
 	return ex, true
 }
 

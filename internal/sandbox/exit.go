@@ -2,7 +2,11 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/store"
@@ -19,8 +23,15 @@ type Exit struct {
 	Seq      uint64     `json:"seq,omitempty"`
 }
 
-// ExitOf is the exit an agent reported, numbered seq.
+// ExitOf is the exit an agent reported, numbered seq, as the host records
+// it: an exit the guest may not report (checkGuestExit) is "lost", the
+// host's word for a process that ended in a way nobody trustworthy saw,
+// and a time after the host's now is the host's now.
 func ExitOf(e *agentproto.ExitStatus, seq uint64) Exit {
+	now := time.Now().UTC()
+	if checkGuestExit(e) != nil {
+		return Exit{Reason: agentproto.ReasonLost, EndedAt: &now, Seq: seq}
+	}
 	out := Exit{ExitCode: e.ExitCode, Reason: e.Reason, Seq: seq}
 	if e.Signal != "" {
 		sig := e.Signal
@@ -28,9 +39,45 @@ func ExitOf(e *agentproto.ExitStatus, seq uint64) Exit {
 	}
 	if !e.EndedAt.IsZero() {
 		t := e.EndedAt.UTC()
+		if t.After(now) {
+			t = now
+		}
 		out.EndedAt = &t
 	}
 	return out
+}
+
+// checkGuestExit says why e is not an exit a guest may report: its reason
+// is one the agent gives (lost, sandbox_deleted and the server's timeout
+// are the host's to decide, never a guest's), an exit code between 0 and
+// 255 exactly when the process exited, and a signal that Linux has (or
+// none: a real-time signal has no name) only when it did not.
+func checkGuestExit(e *agentproto.ExitStatus) error {
+	switch {
+	case e == nil:
+		return errors.New("no exit status")
+	case e.Reason == agentproto.ReasonExited:
+		if e.ExitCode == nil || *e.ExitCode < 0 || *e.ExitCode > 255 || e.Signal != "" {
+			return fmt.Errorf("reason %q needs an exit code of 0 to 255 and no signal", e.Reason)
+		}
+	case guestSignalReasons[e.Reason]:
+		if e.ExitCode != nil || (e.Signal != "" && unix.SignalNum(e.Signal) == 0) {
+			return fmt.Errorf("reason %q needs a signal (%.32q) and no exit code", e.Reason, e.Signal)
+		}
+	default:
+		return fmt.Errorf("reason %.32q is not one a guest may report", e.Reason)
+	}
+	return nil
+}
+
+// guestSignalReasons are the reasons a guest gives a process a signal
+// ended: its own kill (the command's timeout_seconds, a SIGKILL asked
+// for), the guest kernel's OOM killer, or any other signal.
+var guestSignalReasons = map[string]bool{
+	agentproto.ReasonSignaled: true,
+	agentproto.ReasonTimeout:  true,
+	agentproto.ReasonKilled:   true,
+	agentproto.ReasonOOM:      true,
 }
 
 // DecodeExit reads the exit the store keeps of c; false while it has none.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
@@ -49,7 +50,8 @@ func (s *Service) syncCommands(ctx context.Context, sandboxID, source string) {
 		log.Warn("sync commands: list processes", "err", err)
 		return
 	}
-	procs := map[string]agentproto.ProcessInfo{}
+	list = guestProcesses(list, log)
+	procs := make(map[string]agentproto.ProcessInfo, len(list))
 	for _, p := range list {
 		procs[p.ID] = p
 	}
@@ -97,20 +99,67 @@ func (s *Service) syncCommands(ctx context.Context, sandboxID, source string) {
 	for _, c := range from {
 		byProcess[c.ProcessID] = c
 	}
+	var inherit []*store.Command
 	for _, p := range list { // agent order: start order
 		parent, ok := byProcess[p.ID]
 		if seen[p.ID] || !ok {
 			continue
 		}
+		seen[p.ID] = true
 		c := &store.Command{TenantID: sb.TenantID, SandboxID: sandboxID, ProcessID: p.ID, Spec: parent.Spec,
 			CreatedAt: time.Now().UTC()}
 		stateFromProcess(c, p)
-		if err := s.store.CreateCommand(ctx, c); err != nil {
-			log.Error("sync commands: inherit", "process", p.ID, "err", err)
-			continue
-		}
-		log.Info("command inherited", "command", c.ID, "from", parent.ID, "state", c.State)
+		inherit = append(inherit, c)
 	}
+	if len(inherit) == 0 {
+		return
+	}
+	// One transaction: a branch inherits all its commands or none.
+	err = s.store.Atomic(ctx, func(ctx context.Context, tx store.Store) error {
+		for _, c := range inherit {
+			if err := tx.CreateCommand(ctx, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		log.Error("sync commands: inherit", "commands", len(inherit), "err", err)
+		return
+	}
+	log.Info("commands inherited", "from", source, "count", len(inherit))
+}
+
+// MaxGuestProcesses bounds the processes the host takes from one answer of
+// a guest's process list (the guest is not trusted to keep its list short
+// or free of repeats): past it the rest are dropped and logged. The agent
+// keeps every process a sandbox started, so a sandbox with more commands
+// than this loses the newest from what a branch inherits.
+const MaxGuestProcesses = 1024
+
+// guestProcesses is a guest's process list as the host uses it: each id
+// once (its first entry), at most MaxGuestProcesses of them, in the
+// guest's order.
+func guestProcesses(list []agentproto.ProcessInfo, log *slog.Logger) []agentproto.ProcessInfo {
+	seen := make(map[string]bool, min(len(list), MaxGuestProcesses))
+	out := make([]agentproto.ProcessInfo, 0, min(len(list), MaxGuestProcesses))
+	dups, over := 0, 0
+	for _, p := range list {
+		switch {
+		case seen[p.ID]:
+			dups++
+		case len(out) == MaxGuestProcesses:
+			over++
+		default:
+			seen[p.ID] = true
+			out = append(out, p)
+		}
+	}
+	if dups > 0 || over > 0 {
+		log.Warn("guest process list: repeated ids and processes past the bound dropped",
+			"listed", len(list), "repeated", dups, "over_bound", over, "bound", MaxGuestProcesses)
+	}
+	return out
 }
 
 // followProcess sets a command to the state the agent reports of its

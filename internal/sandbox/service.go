@@ -125,9 +125,14 @@ func (s *Service) Handlers() map[store.OperationType]operation.Handler {
 	}
 }
 
-// Agent returns the guest of a sandbox.
+// Agent returns the guest of a sandbox, whose errors carry only the
+// classes a guest may choose (guest.go).
 func (s *Service) Agent(ctx context.Context, sandboxID string) (worker.Guest, error) {
-	return s.worker.Agent(ctx, sandboxID)
+	g, err := s.worker.Agent(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	return guard(g), nil
 }
 
 // TemplateRef is the template reference a sandbox boots from: its name, and

@@ -8,13 +8,21 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
+// adoptParallel bounds the sandboxes adopted at once after a restart: each
+// may take up to adoptionTimeout (a VMM slow to answer), and one at a time
+// a host of many sandboxes would take that many times longer to serve.
+const adoptParallel = 8
+
 // adoptAll finds the sandboxes a previous process left: it adopts their
 // running VMs, knows suspended ones by their sealed snapshot, and removes
-// whatever an interrupted snapshot left half-written.
+// whatever an interrupted snapshot left half-written. Up to adoptParallel
+// sandboxes are adopted at once, each within adoptionTimeout.
 func (w *Worker) adoptAll(ctx context.Context) error {
 	w.removeUnfinished(w.checkpointsDir(), ".tmp")
 	w.removeUnfinished(w.templateSnapshotsDir(), ".tmp-")
@@ -23,6 +31,8 @@ func (w *Worker) adoptAll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("local worker: read %s: %w", w.root, err)
 	}
+	var g errgroup.Group
+	g.SetLimit(adoptParallel)
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -34,25 +44,33 @@ func (w *Worker) adoptAll(ctx context.Context) error {
 			_ = removeAll(dir)
 			continue
 		}
-		sb := newSandbox(spec, dir, w.log)
-		if err := w.adopt(ctx, sb); err != nil {
-			// One sandbox that cannot be recovered must not keep the
-			// others (or the server) from starting: it stays known as
-			// stopped and is failed by the control plane.
-			w.log.Error("sandbox not recovered", "sandbox", spec.ID, "err", err)
-			sb.vm = nil
-			sb.lost = "the sandbox could not be recovered after a server restart"
-		}
-		// The listeners died with the old process; the namespace (and the
-		// VM's tap in it) did not. Re-open and re-attach under the kept policy.
-		if err := w.netUp(ctx, sb, true); err != nil {
-			w.log.Warn("sandbox network not restored", "sandbox", spec.ID, "err", err)
-		}
-		w.mu.Lock()
-		w.sandboxes[sb.spec.ID] = sb
-		w.mu.Unlock()
+		g.Go(func() error {
+			w.adoptOne(ctx, newSandbox(spec, dir, w.log))
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
+}
+
+// adoptOne adopts sb and makes it known; a sandbox that cannot be recovered
+// is known as stopped, with the reason.
+func (w *Worker) adoptOne(ctx context.Context, sb *sandbox) {
+	if err := w.adopt(ctx, sb); err != nil {
+		// One sandbox that cannot be recovered must not keep the
+		// others (or the server) from starting: it stays known as
+		// stopped and is failed by the control plane.
+		w.log.Error("sandbox not recovered", "sandbox", sb.spec.ID, "err", err)
+		sb.vm = nil
+		sb.lost = "the sandbox could not be recovered after a server restart"
+	}
+	// The listeners died with the old process; the namespace (and the
+	// VM's tap in it) did not. Re-open and re-attach under the kept policy.
+	if err := w.netUp(ctx, sb, true); err != nil {
+		w.log.Warn("sandbox network not restored", "sandbox", sb.spec.ID, "err", err)
+	}
+	w.mu.Lock()
+	w.sandboxes[sb.spec.ID] = sb
+	w.mu.Unlock()
 }
 
 func (w *Worker) adopt(ctx context.Context, sb *sandbox) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -21,19 +22,65 @@ import (
 // snapshot, recorded under the name that made it: forgetting that name
 // removes it and the other name makes it again on its next create.
 
-// ForgetTemplate implements worker.Lifecycle.
+// ForgetTemplate implements worker.Lifecycle. It takes the lock of each
+// build it forgets in turn (tpllock.go): it waits for the creates and pool
+// fills of those builds, never for another template's.
 func (w *Worker) ForgetTemplate(ctx context.Context, ref string) error {
 	name, digest, err := template.ParseRef(ref)
 	if err != nil {
 		return err
 	}
-	// Lock: no create or pool fill reads a template snapshot meanwhile.
-	w.tplMu.Lock()
-	defer w.tplMu.Unlock()
+	var errs []error
+	for _, d := range w.buildsOf(name, digest) {
+		if err := w.forgetBuild(name, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("forget template %s: %w: %w", ref, errdefs.ErrInternal, err)
+	}
+	return nil
+}
+
+// buildsOf lists the digests ForgetTemplate(name[@digest]) covers: digest,
+// or every build of name this worker has a ready snapshot of, knows, or
+// is making one of now.
+func (w *Worker) buildsOf(name, digest string) []string {
+	if digest != "" {
+		return []string{digest}
+	}
+	set := map[string]bool{}
+	for _, s := range w.templateSnapshotDirs() {
+		if sname, sdigest, ok := s.build(); ok && sname == name {
+			set[sdigest] = true
+		}
+	}
+	for _, d := range w.tplLocks.digestsOf(name) {
+		set[d] = true
+	}
+	w.ready.mu.Lock()
+	for _, r := range w.ready.refs {
+		if n, d, err := template.ParseRef(r); err == nil && n == name && d != "" {
+			set[d] = true
+		}
+	}
+	w.ready.mu.Unlock()
+	out := make([]string, 0, len(set))
+	for d := range set {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// forgetBuild removes the ready snapshots (and their pooled VMs) that
+// name's build digest made, under that build's lock.
+func (w *Worker) forgetBuild(name, digest string) error {
+	defer w.tplLocks.write(digest)()
 	var errs []error
 	for _, s := range w.templateSnapshotDirs() {
 		sname, sdigest, ok := s.build()
-		if !ok || sname != name || (digest != "" && sdigest != digest) {
+		if !ok || sname != name || sdigest != digest {
 			continue
 		}
 		if err := w.removeTemplateSnapshot(s.dir); err != nil {
@@ -44,16 +91,13 @@ func (w *Worker) ForgetTemplate(ctx context.Context, ref string) error {
 	}
 	w.ready.forget(func(r string) bool {
 		n, d, err := template.ParseRef(r)
-		return err == nil && n == name && (digest == "" || d == digest)
+		return err == nil && n == name && d == digest
 	})
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("forget template %s: %w: %w", ref, errdefs.ErrInternal, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // removeTemplateSnapshot drops the pool of snapshot dir and removes it;
-// tplMu held.
+// the lock of its build held.
 func (w *Worker) removeTemplateSnapshot(dir string) error {
 	w.pool.forget(dir)
 	key := filepath.Base(dir)
@@ -67,9 +111,8 @@ func (w *Worker) removeTemplateSnapshot(dir string) error {
 // pruneTemplateSnapshots removes, at start-up, the ready snapshots whose
 // template build is gone, and those that do not say which build they are
 // of (made before snapshots recorded it: they are made again on use).
+// It runs before the worker serves, so nothing else holds a build's lock.
 func (w *Worker) pruneTemplateSnapshots() {
-	w.tplMu.Lock()
-	defer w.tplMu.Unlock()
 	for _, s := range w.templateSnapshotDirs() {
 		name, digest, ok := s.build()
 		if ok {

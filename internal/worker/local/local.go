@@ -106,9 +106,10 @@ type Worker struct {
 	// ckMu: branches and restores read checkpoints (RLock) while
 	// DeleteCheckpoint removes them (Lock).
 	ckMu sync.RWMutex
-	// tplMu: creates and pool fills make and read template snapshots
-	// (RLock) while ForgetTemplate removes them (Lock).
-	tplMu sync.RWMutex
+	// tplLocks: creates and pool fills make and read a template build's
+	// ready snapshots (shared) while ForgetTemplate removes them
+	// (exclusive), one lock per build (tpllock.go).
+	tplLocks templateLocks
 	// imageFetches: one fetch of a template image at a time per digest
 	// (template_fetch.go).
 	imageFetches keylock.Map

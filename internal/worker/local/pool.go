@@ -226,10 +226,17 @@ func (p *vmPool) run() {
 			if !ok {
 				break
 			}
-			// Under tplMu, so ForgetTemplate never removes t's files
-			// while they are read, nor misses the entry made of them.
-			p.w.tplMu.RLock()
+			// Under its build's lock, so ForgetTemplate never removes t's
+			// files while they are read, nor misses the entry made of them;
+			// while a forget of the build waits, the others' fills go on.
+			unlock, locked := p.w.lockPoolTarget(t)
 			p.mu.Lock()
+			if !locked {
+				p.usedMiB -= t.m.MemoryMiB
+				p.failed[t.snap] = time.Now()
+				p.mu.Unlock()
+				continue
+			}
 			_, wanted := p.targets[t.snap]
 			p.mu.Unlock()
 			var e *poolEntry
@@ -241,14 +248,14 @@ func (p *vmPool) run() {
 			if err == errTargetGone {
 				p.usedMiB -= t.m.MemoryMiB
 				p.mu.Unlock()
-				p.w.tplMu.RUnlock()
+				unlock()
 				continue
 			}
 			if err != nil {
 				p.usedMiB -= t.m.MemoryMiB
 				p.failed[t.snap] = time.Now()
 				p.mu.Unlock()
-				p.w.tplMu.RUnlock()
+				unlock()
 				if p.ctx.Err() == nil {
 					p.w.log.Warn("pool entry not made", "snapshot", filepath.Base(t.snap), "err", causeOf(err))
 				}
@@ -258,7 +265,7 @@ func (p *vmPool) run() {
 			p.stats.Made++
 			p.ready[t.snap] = append(p.ready[t.snap], e)
 			p.mu.Unlock()
-			p.w.tplMu.RUnlock()
+			unlock()
 		}
 	}
 }

@@ -236,11 +236,12 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	unlockTpl := func() {}
 	defer func() { unlockTpl() }()
 	if ck == nil {
-		// The template snapshot stays until the restore has its copies.
-		w.tplMu.RLock()
-		unlockTpl = sync.OnceFunc(w.tplMu.RUnlock)
-		snap, m, haveSnap = w.templateSnapshot(ctx, spec)
+		// The template snapshot stays until the restore has its copies; a
+		// cold boot holds no lock.
+		var unlock func()
+		snap, m, haveSnap, unlock = w.templateSnapshot(ctx, spec)
 		if haveSnap {
+			unlockTpl = unlock
 			pooled = w.takePooled(ctx, sb, snap, m)
 		}
 	}

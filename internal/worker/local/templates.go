@@ -92,18 +92,20 @@ func (w *Worker) canSnapshot() bool {
 }
 
 // templateSnapshot returns the ready snapshot for spec's template and size,
-// making it first if needed. ok is false when there is none (snapshots
-// disabled or unsupported, or making one failed): the caller cold-boots.
-func (w *Worker) templateSnapshot(ctx context.Context, spec worker.SandboxSpec) (dir string, m manifest, ok bool) {
+// making it first if needed, with its build's lock held until unlock (the
+// snapshot stays until then). ok is false when there is none (snapshots
+// disabled or unsupported, or making one failed): the caller cold-boots,
+// holding nothing.
+func (w *Worker) templateSnapshot(ctx context.Context, spec worker.SandboxSpec) (dir string, m manifest, ok bool, unlock func()) {
 	if !w.canSnapshot() {
-		return "", m, false
+		return "", m, false, nil
 	}
-	dir, m, err := w.prepareTemplate(ctx, spec)
+	dir, m, unlock, err := w.prepareTemplate(ctx, spec)
 	if err != nil {
 		w.log.Warn("no ready snapshot for template: cold boot instead", "template", spec.Template, "err", causeOf(err))
-		return "", m, false
+		return "", m, false, nil
 	}
-	return dir, m, true
+	return dir, m, true, unlock
 }
 
 // PrepareTemplate implements worker.Lifecycle.
@@ -111,20 +113,34 @@ func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) e
 	if !w.canSnapshot() {
 		return errdefs.New(errdefs.ErrFailedPrecondition, "this worker does not keep ready snapshots")
 	}
-	w.tplMu.RLock()
-	defer w.tplMu.RUnlock()
-	dir, m, err := w.prepareTemplate(ctx, spec)
-	if err == nil {
-		w.pool.want(dir, m)
+	dir, m, unlock, err := w.prepareTemplate(ctx, spec)
+	if err != nil {
+		return err
 	}
-	return err
+	defer unlock() // a forget of the build after this drops the pool's target
+	w.pool.want(dir, m)
+	return nil
 }
 
-func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (string, manifest, error) {
+// prepareTemplate is templateSnapshot's work; on success the build's lock
+// is held until unlock.
+func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (string, manifest, func(), error) {
 	tpl, err := w.loadTemplate(ctx, spec.Template)
 	if err != nil {
-		return "", manifest{}, err
+		return "", manifest{}, nil, err
 	}
+	unlock := w.tplLocks.read(tpl.Name, tpl.Digest)
+	dir, m, err := w.readySnapshot(ctx, tpl, spec)
+	if err != nil {
+		unlock()
+		return "", m, nil, err
+	}
+	return dir, m, unlock, nil
+}
+
+// readySnapshot finds, verifies or makes the ready snapshot of build tpl
+// at spec's size; the build's lock held.
+func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec worker.SandboxSpec) (string, manifest, error) {
 	diskBytes := max(tpl.SizeBytes, int64(spec.DiskMiB)<<20)
 	key := w.templateKey(tpl, spec.VCPUs, spec.MemoryMiB, diskBytes)
 	dir := filepath.Join(w.templateSnapshotsDir(), key)
@@ -153,7 +169,7 @@ func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (
 		}
 	}
 	started := time.Now()
-	m, err = w.makeTemplateSnapshot(ctx, tpl, spec, diskBytes, dir)
+	m, err := w.makeTemplateSnapshot(ctx, tpl, spec, diskBytes, dir)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.ready.mu.Lock()
