@@ -74,6 +74,10 @@ type Config struct {
 	// E2BRefuseInternet answers 403 to E2B creates asking for
 	// allow_internet_access: true (internal/e2b).
 	E2BRefuseInternet bool
+
+	// DebugListen, when set (tests only), is a loopback address serving
+	// the process's own memory and goroutine counts (debug.go).
+	DebugListen string
 }
 
 // ParseFlags reads the configuration from args (without the program name).

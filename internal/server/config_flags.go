@@ -39,6 +39,7 @@ func registerConfigFlags(fs *flag.FlagSet, cfg *Config, dataDirHelp string) *con
 	fs.Var(&f.features, "feature", "enable an incubating feature gate (repeatable)")
 	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "tests only: loopback address serving this process's memory and goroutine counts (GET /debug/runtime); empty: off")
 	return f
 }
 
@@ -90,6 +91,9 @@ func (f *configFlags) finish(fs *flag.FlagSet) error {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	cfg.Features = f.features
+	if err := checkDebugListen(cfg.DebugListen); err != nil {
+		return err
+	}
 	if f.host {
 		if err := cfg.checkHost(); err != nil {
 			return err

@@ -38,6 +38,9 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	if err := startDebug(cfg.DebugListen, &td, log); err != nil {
+		return err
+	}
 	identity := replicaIdentity()
 	log = log.With("replica", identity)
 	dial, err := workerDialer(cfg, log)

@@ -26,6 +26,9 @@ import (
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	var td teardown
 	defer td.run()
+	if err := startDebug(cfg.DebugListen, &td, log); err != nil {
+		return err
+	}
 	h, err := prepareHost(ctx, cfg, "spaced", &td, log)
 	if err != nil {
 		return err

@@ -33,6 +33,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 	if err := requireRoot("spaced worker"); err != nil {
 		return err
 	}
+	if err := startDebug(cfg.DebugListen, &td, log); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
