@@ -73,7 +73,7 @@ func startDebug(addr string, td *teardown, log *slog.Logger) error {
 		}
 	}()
 	td.add(func() { _ = hs.Close() })
-	log.Warn("debug serving (tests only: process memory and goroutines)", "debug_listen", ln.Addr().String())
+	log.Info("debug serving (tests only: process memory and goroutines)", "debug_listen", ln.Addr().String())
 	return nil
 }
 
