@@ -54,6 +54,14 @@ func TestDebugRuntime(t *testing.T) {
 	if d.Goroutines < 2 || d.HeapInuseBytes == 0 || d.RSSBytes < 1<<20 || d.HWMBytes < d.RSSBytes {
 		t.Errorf("implausible figures: %s", b)
 	}
+	resp, err = http.Get("http://" + m[1] + "/debug/runtime?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("?gc=1: %d", resp.StatusCode)
+	}
 	if err := startDebug("", &td, log); err != nil {
 		t.Errorf("empty address: %v", err)
 	}
