@@ -9,6 +9,7 @@
 //	console       lines written without pause to /dev/console, /dev/kmsg and the serial port
 //	link-ping     takes the agent link over (link.go) and floods it with yamux pings, never reading
 //	link-streams  takes the agent link over and opens streams the host never accepts, filling their windows
+//	link-lies     takes the agent link over and answers the host as a lying agent (lies.go)
 package main
 
 import (
@@ -35,7 +36,7 @@ func main() {
 	delay := flag.Duration("delay", 0, "wait before the attack (lets the command's start reach the host first)")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: hostileguest [flags] egress|dns|console|link-ping|link-streams")
+		fmt.Fprintln(os.Stderr, "usage: hostileguest [flags] egress|dns|console|link-ping|link-streams|link-lies")
 		os.Exit(2)
 	}
 	time.Sleep(*delay)
@@ -58,6 +59,8 @@ func main() {
 		summary = console(ctx)
 	case "link-ping":
 		summary, err = linkAttack(ctx, pingFlood)
+	case "link-lies":
+		summary, err = linkAttack(ctx, lyingAgent)
 	case "link-streams":
 		summary, err = linkAttack(ctx, func(ctx context.Context, c net.Conn) string { return streamFlood(ctx, c, *conns) })
 	default:
