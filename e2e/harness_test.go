@@ -25,7 +25,7 @@ import (
 	"github.com/space-sandbox/space/internal/testenv"
 )
 
-var binDir string // spaced, space-agent and space, built once in TestMain
+var binDir string // spaced, space-agent, space and hostileguest, built once in TestMain
 
 func TestMain(m *testing.M) {
 	code := func() int {
@@ -45,6 +45,8 @@ func TestMain(m *testing.M) {
 			{"spaced", "./cmd/spaced", "1", ""}, {"space", "./cmd/space", "1", ""}, {"space-agent", "./cmd/space-agent", "0", ""},
 			// spaced that can be told to SIGKILL itself at a named step (faults_test.go).
 			{"spaced-faultinject", "./cmd/spaced", "1", "faultinject"},
+			// The attacker hostile_host_test.go uploads into sandboxes.
+			{"hostileguest", "./e2e/hostileguest", "0", ""},
 		} {
 			cmd := exec.Command("go", "build", "-trimpath", "-tags="+b.tags, "-o", filepath.Join(dir, b.out), b.pkg)
 			cmd.Dir = root
