@@ -77,7 +77,7 @@ func TestHostileGuestHost(t *testing.T) {
 		{name: "dns flood", args: "-conns 512 -zone example.com dns", budgets: []string{"dns"}},
 		{name: "console flood", args: "console", console: true},
 		{name: "link streams never accepted", args: "-conns 300 -delay 2s link-streams", budgets: []string{"stream", "link"}, link: true},
-		{name: "link lying agent", args: "-delay 2s link-lies", budgets: []string{"event", "output", "link"}, link: true, poke: true},
+		{name: "link lying agent", args: "-delay 2s link-lies", link: true, poke: true},
 		{name: "link ping flood", args: "-delay 2s link-ping", budgets: []string{"ping", "link"}, link: true},
 	}
 	for _, a := range attacks {
@@ -209,7 +209,7 @@ func TestHostileGuestHost(t *testing.T) {
 			var out string
 			window := time.NewTimer(attackFor + 20*time.Second)
 			if a.link {
-				window.Reset(attackFor + 5*time.Second)
+				window.Reset(attackFor + 10*time.Second)
 			}
 			select {
 			case out = <-output:
@@ -275,6 +275,24 @@ func TestHostileGuestHost(t *testing.T) {
 			}
 			moved := budgetsMoved(exhaustedBefore, exhaustedAfter)
 			t.Logf("space_guest_budget_exhausted_total moved: %v", moved)
+			if a.poke {
+				// The lying agent claims its commands ended sandbox_deleted, a
+				// reason only the host may give.
+				var list apiv1.CommandList
+				if _, err := attacker.call(ctx, "GET", "/v1/sandboxes/"+sbx.ID+"/commands?page_size=100", nil, &list); err != nil {
+					t.Errorf("list the hostile sandbox's commands: %v", err)
+				}
+				for _, c := range list.Commands {
+					if c.Exit != nil {
+						t.Logf("hostile command %s: %s, exit %s", c.Shell, c.State, c.Exit.Reason)
+					} else {
+						t.Logf("hostile command %s: %s", c.Shell, c.State)
+					}
+					if c.Exit != nil && c.Exit.Reason == "sandbox_deleted" && after.State == "running" {
+						t.Errorf("command %s of the running hostile sandbox ended %q: the host stored the guest's claim of a host-only reason", c.ID, c.Exit.Reason)
+					}
+				}
+			}
 			failedByHost := after.State == "failed" && braked == "" // not the test's own kill
 			if len(a.budgets) > 0 && !budgetMatched(moved, a.budgets) && !failedByHost {
 				t.Errorf("the hostile sandbox was neither refused nor throttled: no space_guest_budget_exhausted_total{budget=~%v} counted (moved: %v), sandbox %s",
@@ -461,7 +479,7 @@ func (h *hostileClient) output(ctx context.Context, sbx, cmd string, started cha
 		if ev.Type == apiv1.EventStarted {
 			once.Do(func() { close(started) })
 		}
-		if ev.Data != nil && (ev.Type == apiv1.EventStdout || ev.Type == apiv1.EventStderr) {
+		if ev.Data != nil && (ev.Type == apiv1.EventStdout || ev.Type == apiv1.EventStderr) && b.Len() < 64<<10 {
 			b.WriteString(*ev.Data)
 		}
 		if ev.Type == apiv1.EventExit {

@@ -15,7 +15,8 @@ import (
 // lyingAgent serves the host's requests on the taken-over link as an agent
 // that lies: every events stream gets output events as large as the
 // protocol allows, all under one repeated sequence number, as fast as the
-// link takes them, then an exit claiming a reason only the host may decide;
+// link takes them, among them an exit claiming a reason only the host may
+// decide;
 // every other request is answered twice, each time with the largest frame
 // the protocol allows, of a shape no operation expects.
 func lyingAgent(ctx context.Context, c net.Conn) string {
@@ -53,14 +54,17 @@ func lyingAgent(ctx context.Context, c net.Conn) string {
 				return
 			}
 			ew := agentproto.NewEventWriter(st, r.Raw)
-			for ctx.Err() == nil {
-				if ew.Write(&agentproto.Event{Seq: r.After + 1, Type: agentproto.EventStdout, Time: time.Now(), Data: data}) != nil {
+			for i := 0; ctx.Err() == nil; i++ {
+				ev := agentproto.Event{Seq: r.After + 1, Type: agentproto.EventStdout, Time: time.Now(), Data: data}
+				if i == 8 {
+					ev = agentproto.Event{Seq: r.After + 1, Type: agentproto.EventExit, Time: time.Now(),
+						Exit: &agentproto.ExitStatus{Reason: "sandbox_deleted"}}
+				}
+				if ew.Write(&ev) != nil {
 					return
 				}
 				events.Add(1)
 			}
-			_ = ew.Write(&agentproto.Event{Seq: r.After + 1, Type: agentproto.EventExit, Time: time.Now(),
-				Exit: &agentproto.ExitStatus{Reason: "sandbox_deleted"}})
 		}()
 	}
 	return fmt.Sprintf("streams=%d events=%d answers=%d", streams.Load(), events.Load(), answers.Load())
