@@ -66,9 +66,12 @@ func TestHostileGuestHost(t *testing.T) {
 	attacks := []struct {
 		name string
 		args string
-		// budgets are the budget labels one of which must count the
-		// attack as exhausted (any, when the sandbox may fail instead).
+		// The reason the host must give for refusing or throttling the
+		// attack, any of: a space_guest_budget_exhausted_total whose label
+		// holds one of budgets, a spaced log line matching logged during
+		// the attack, or the host failing the sandbox. None set: no check.
 		budgets []string
+		logged  *regexp.Regexp
 		link    bool // takes the agent link over: the sandbox answers no more
 		poke    bool // exec in the hostile sandbox during the attack, for the host to read the agent's answers
 		console bool // check the VM's console files stay bounded
@@ -76,9 +79,9 @@ func TestHostileGuestHost(t *testing.T) {
 		{name: "egress endless headers", args: "-conns 32 egress", budgets: []string{"egress"}},
 		{name: "dns flood", args: "-conns 512 -zone example.com dns", budgets: []string{"dns"}},
 		{name: "console flood", args: "console", console: true},
-		{name: "link streams never accepted", args: "-conns 300 -delay 2s link-streams", budgets: []string{"stream", "link"}, link: true},
+		{name: "link streams never accepted", args: "-conns 300 -delay 2s link-streams", budgets: []string{"stream", "link"}, logged: linkDropped, link: true},
 		{name: "link lying agent", args: "-delay 2s link-lies", link: true, poke: true},
-		{name: "link ping flood", args: "-delay 2s link-ping", budgets: []string{"ping", "link"}, link: true},
+		{name: "link ping flood", args: "-delay 2s link-ping", budgets: []string{"ping", "link"}, logged: linkDropped, link: true},
 	}
 	for _, a := range attacks {
 		t.Run(strings.ReplaceAll(a.name, " ", "_"), func(t *testing.T) {
@@ -101,6 +104,7 @@ func TestHostileGuestHost(t *testing.T) {
 			calm := quiet.latencies(t, quietSbx.ID, 7)
 			base := getRuntime(t, dbg+"?gc=1")
 			exhaustedBefore := s.budgetExhausted(t)
+			logFrom := len(s.logTail(256 << 20))
 			t.Logf("calm: spaced RSS %s, heap %s, %d goroutines; other tenant's exec median %v",
 				mib(base.RSSBytes), mib(base.HeapInuseBytes), base.Goroutines, median(calm).Round(time.Millisecond))
 
@@ -282,21 +286,36 @@ func TestHostileGuestHost(t *testing.T) {
 				if _, err := attacker.call(ctx, "GET", "/v1/sandboxes/"+sbx.ID+"/commands?page_size=100", nil, &list); err != nil {
 					t.Errorf("list the hostile sandbox's commands: %v", err)
 				}
+				states := map[string]int{}
 				for _, c := range list.Commands {
+					st := c.State
 					if c.Exit != nil {
-						t.Logf("hostile command %s: %s, exit %s", c.Shell, c.State, c.Exit.Reason)
-					} else {
-						t.Logf("hostile command %s: %s", c.Shell, c.State)
+						st += "/" + c.Exit.Reason
 					}
+					states[st]++
 					if c.Exit != nil && c.Exit.Reason == "sandbox_deleted" && after.State == "running" {
 						t.Errorf("command %s of the running hostile sandbox ended %q: the host stored the guest's claim of a host-only reason", c.ID, c.Exit.Reason)
 					}
 				}
+				t.Logf("the hostile sandbox's commands by state/reason: %v", states)
 			}
 			failedByHost := after.State == "failed" && braked == "" // not the test's own kill
-			if len(a.budgets) > 0 && !budgetMatched(moved, a.budgets) && !failedByHost {
-				t.Errorf("the hostile sandbox was neither refused nor throttled: no space_guest_budget_exhausted_total{budget=~%v} counted (moved: %v), sandbox %s",
-					a.budgets, moved, after.State)
+			var reason string
+			if a.logged != nil {
+				if log := s.logTail(256 << 20); len(log) > logFrom {
+					reason = string(a.logged.Find(log[logFrom:]))
+				}
+			}
+			switch {
+			case len(a.budgets) == 0 && a.logged == nil:
+			case budgetMatched(moved, a.budgets):
+			case failedByHost:
+				t.Logf("the host failed the hostile sandbox: %+v", after.LastError)
+			case reason != "":
+				t.Logf("spaced logged: %s", reason)
+			default:
+				t.Errorf("the hostile sandbox was neither refused nor throttled: no space_guest_budget_exhausted_total{budget=~%v} counted (moved: %v), no spaced log line %v, sandbox %s",
+					a.budgets, moved, a.logged, after.State)
 			}
 			t0 = time.Now()
 			s.client(hostileKey).deleteSandbox(sbx.ID)
@@ -306,6 +325,10 @@ func TestHostileGuestHost(t *testing.T) {
 	}
 	s.client(quietKey).deleteSandbox(quietSbx.ID)
 }
+
+// linkDropped is spaced's record of dropping an agent link session whose
+// guest broke the link's bounds (internal/agentclient).
+var linkDropped = regexp.MustCompile(`level=WARN msg="agent link dropped[^"]*".*`)
 
 // debugURL is the --debug-listen address spaced logged.
 func (s *server) debugURL() string {
