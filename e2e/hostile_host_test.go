@@ -69,15 +69,17 @@ func TestHostileGuestHost(t *testing.T) {
 		// The reason the host must give for refusing or throttling the
 		// attack, any of: a space_guest_budget_exhausted_total whose label
 		// holds one of budgets, a spaced log line matching logged during
-		// the attack, or the host failing the sandbox. None set: no check.
+		// the attack, a record of the sandbox's network log matching
+		// audited, or the host failing the sandbox. None set: no check.
 		budgets []string
 		logged  *regexp.Regexp
+		audited *regexp.Regexp
 		link    bool // takes the agent link over: the sandbox answers no more
 		poke    bool // exec in the hostile sandbox during the attack, for the host to read the agent's answers
 		console bool // check the VM's console files stay bounded
 	}{
-		{name: "egress endless headers", args: "-conns 32 egress", budgets: []string{"egress"}},
-		{name: "dns flood", args: "-conns 512 -zone example.com dns", budgets: []string{"dns"}},
+		{name: "egress endless headers", args: "-conns 32 egress", budgets: []string{"egress"}, audited: regexp.MustCompile(`request header (too large|timeout)`)},
+		{name: "dns flood", args: "-conns 512 -zone example.com dns", budgets: []string{"dns"}, audited: regexp.MustCompile(`too many DNS queries in flight|DNS connection limit`)},
 		{name: "console flood", args: "console", console: true},
 		{name: "link streams never accepted", args: "-conns 300 -delay 2s link-streams", budgets: []string{"stream", "link"}, logged: linkDropped, link: true},
 		{name: "link lying agent", args: "-delay 2s link-lies", link: true, poke: true},
@@ -215,9 +217,19 @@ func TestHostileGuestHost(t *testing.T) {
 			if a.link {
 				window.Reset(attackFor + 10*time.Second)
 			}
-			select {
-			case out = <-output:
-			case <-window.C:
+			if a.link {
+				// The host dropping the link ends the command's stream early;
+				// the attack goes on, and so does the window.
+				<-window.C
+				select {
+				case out = <-output:
+				default:
+				}
+			} else {
+				select {
+				case out = <-output:
+				case <-window.C:
+				}
 			}
 			close(stop)
 			wg.Wait()
@@ -306,16 +318,24 @@ func TestHostileGuestHost(t *testing.T) {
 					reason = string(a.logged.Find(log[logFrom:]))
 				}
 			}
+			if a.audited != nil {
+				var raw json.RawMessage
+				if _, err := attacker.call(ctx, "GET", "/v1/sandboxes/"+sbx.ID+"/network/log", nil, &raw); err != nil {
+					t.Errorf("network log of the hostile sandbox: %v", err)
+				} else if m := a.audited.Find(raw); m != nil {
+					reason = "network log: " + string(m)
+				}
+			}
 			switch {
-			case len(a.budgets) == 0 && a.logged == nil:
+			case len(a.budgets) == 0 && a.logged == nil && a.audited == nil:
 			case budgetMatched(moved, a.budgets):
 			case failedByHost:
 				t.Logf("the host failed the hostile sandbox: %+v", after.LastError)
 			case reason != "":
-				t.Logf("spaced logged: %s", reason)
+				t.Logf("the host's reason: %s", reason)
 			default:
-				t.Errorf("the hostile sandbox was neither refused nor throttled: no space_guest_budget_exhausted_total{budget=~%v} counted (moved: %v), no spaced log line %v, sandbox %s",
-					a.budgets, moved, a.logged, after.State)
+				t.Errorf("the hostile sandbox was neither refused nor throttled: no space_guest_budget_exhausted_total{budget=~%v} counted (moved: %v), no spaced log line %v, no network log record %v, sandbox %s",
+					a.budgets, moved, a.logged, a.audited, after.State)
 			}
 			t0 = time.Now()
 			s.client(hostileKey).deleteSandbox(sbx.ID)
