@@ -48,7 +48,8 @@ const (
 // the hostile sandbox is refused or throttled with a reason: a
 // space_guest_budget_exhausted_total counter moved, or the sandbox failed.
 func TestHostileGuestHost(t *testing.T) {
-	s := newServer(t, "--debug-listen", "127.0.0.1:0")
+	// The network log holds the egress proxy's and DNS's records of what they refused.
+	s := newServer(t, "--debug-listen", "127.0.0.1:0", "--feature", "network_log")
 	s.start()
 	dbg := s.debugURL()
 	quietKey := newTenantKey(t, s, "quiet-tenant")
