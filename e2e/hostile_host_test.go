@@ -278,13 +278,6 @@ func TestHostileGuestHost(t *testing.T) {
 			if peak.Goroutines > base.Goroutines+hostileGoroutines {
 				t.Errorf("spaced's goroutines reached %d during the attack (%d calm), bound calm + %d", peak.Goroutines, base.Goroutines, hostileGoroutines)
 			}
-			switch {
-			case len(during) == 0:
-				t.Errorf("no exec of the other tenant completed during the attack (calm median %v)", median(calm).Round(time.Millisecond))
-			case median(during) > hostileSlowdown*median(calm):
-				t.Errorf("the other tenant's exec median was %v during the attack, %.1f× its calm %v (bound %d×)",
-					median(during).Round(time.Millisecond), float64(median(during))/float64(median(calm)), median(calm).Round(time.Millisecond), hostileSlowdown)
-			}
 			if a.console && consolePeak > 4<<20 {
 				t.Errorf("the hostile VM's console files reached %s on disk, bound 4 MiB", mib(uint64(consolePeak)))
 			} else if a.console {
@@ -342,6 +335,30 @@ func TestHostileGuestHost(t *testing.T) {
 			s.client(hostileKey).deleteSandbox(sbx.ID)
 			deleted = true
 			t.Logf("deleting the hostile sandbox took %v", time.Since(t0).Round(time.Millisecond))
+
+			// The other tenant's calm round trip, measured before the attack
+			// and again once the hostile sandbox is gone: the machine is
+			// shared, and its load moves a median of 7 by 2-5x within a
+			// minute on its own; the slower of the two calm medians is the
+			// reference, so what is counted is the attack's, not the
+			// machine's.
+			calmAfter := quiet.latencies(t, quietSbx.ID, 7)
+			ref := median(calm)
+			if len(calmAfter) > 0 {
+				ref = max(ref, median(calmAfter))
+			}
+			switch {
+			case len(during) == 0:
+				t.Errorf("no exec of the other tenant completed during the attack (calm median %v)", ref.Round(time.Millisecond))
+			case median(during) > hostileSlowdown*ref:
+				t.Errorf("the other tenant's exec median was %v during the attack, %.1f× its calm %v (before %v, after %v; bound %d×)",
+					median(during).Round(time.Millisecond), float64(median(during))/float64(ref), ref.Round(time.Millisecond),
+					median(calm).Round(time.Millisecond), medianOr(calmAfter), hostileSlowdown)
+			default:
+				t.Logf("the other tenant's exec median: %v during the attack, %.1f× its calm %v (before %v, after %v)",
+					median(during).Round(time.Millisecond), float64(median(during))/float64(ref), ref.Round(time.Millisecond),
+					median(calm).Round(time.Millisecond), medianOr(calmAfter))
+			}
 		})
 	}
 	s.client(quietKey).deleteSandbox(quietSbx.ID)
