@@ -124,6 +124,10 @@ type State struct {
 	UID     int      `json:"uid"`
 	GID     int      `json:"gid"`
 	Cgroups []string `json:"cgroups"`
+	// LogCopier is the copier of the jail's logs (absent without logs, and
+	// in records of workers that ran before the copier): Release waits for
+	// it, so that no file of the jail is held open once it is released.
+	LogCopier *Process `json:"log_copier,omitempty"`
 }
 
 // Jail is a started jailed process.
@@ -187,6 +191,9 @@ func Start(spec Spec) (_ *Jail, err error) {
 	st := State{UID: id, GID: id}
 	defer func() {
 		if err != nil {
+			if st.LogCopier != nil {
+				st.LogCopier.waitGone(0) // the program never ran: nothing to save
+			}
 			st.Release()
 		}
 	}()
@@ -218,9 +225,11 @@ func Start(spec Spec) (_ *Jail, err error) {
 		// Before the program: it may write as soon as it runs. Should the
 		// program not start, the copier ends when the caller closes its
 		// logs.
-		if logsDone, err = StartLogCopier(spec.Root, spec.Logs); err != nil {
+		copier, err := StartLogCopier(spec.Root, spec.Logs)
+		if err != nil {
 			return nil, err
 		}
+		logsDone, st.LogCopier = copier.Done, &copier.Process
 	}
 	gateR, gateW, err := os.Pipe()
 	if err != nil {
@@ -288,9 +297,13 @@ func Start(spec Spec) (_ *Jail, err error) {
 	return &Jail{Cmd: cmd, State: st, LogsDone: logsDone}, nil
 }
 
-// Release removes the jail's cgroups and frees its id. Call it only once
-// the jailed process is gone; safe to call twice.
+// Release waits for the jail's log copier to end (bounded), removes the
+// jail's cgroups and frees its id. Call it only once the jailed process is
+// gone; safe to call twice.
 func (s State) Release() {
+	if s.LogCopier != nil {
+		s.LogCopier.waitGone(copierExitWait)
+	}
 	if s.UID == 0 {
 		return
 	}

@@ -152,9 +152,9 @@ type logFDs struct {
 // StartLogCopier starts the copier of logs for the program whose files are
 // in dir (named in the copier's arguments, so that a leak check finds it
 // by the directory). Start calls it; a caller that starts a program
-// another way (a test's stand-in) calls it itself. The returned channel
-// closes when the copier has exited.
-func StartLogCopier(dir string, logs []*Log) (<-chan struct{}, error) {
+// another way (a test's stand-in) calls it itself. The returned Copier's
+// Done closes when the copier has exited.
+func StartLogCopier(dir string, logs []*Log) (*Copier, error) {
 	var files []*os.File
 	var fds []logFDs
 	pipes := 0
@@ -189,7 +189,44 @@ func StartLogCopier(dir string, logs []*Log) (<-chan struct{}, error) {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	return done, nil
+	c := &Copier{Done: done, Process: Process{PID: cmd.Process.Pid}}
+	c.StartTime, _ = StartTime(c.PID)
+	return c, nil
+}
+
+// Copier is a started log copier.
+type Copier struct {
+	Process
+	// Done closes when the copier has exited.
+	Done <-chan struct{}
+}
+
+// Process names a process so that a reused pid is not mistaken for it.
+type Process struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// copierExitWait bounds how long Release waits for a jail's log copier to
+// save what the VMM wrote last and exit once the VMM is gone; past it the
+// copier is killed.
+const copierExitWait = 5 * time.Second
+
+// waitGone waits (bounded by within) for p to exit, then SIGKILLs it if it
+// has not: its files (logs in the sandbox's directory) must not stay open
+// once its jail is released, or the volume they are on cannot be unmounted.
+func (p Process) waitGone(within time.Duration) {
+	if p.PID <= 0 {
+		return
+	}
+	deadline := time.Now().Add(within)
+	for Alive(p.PID, p.StartTime) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // ReadLog returns the last n bytes of the log at path: its old part,

@@ -3,6 +3,7 @@ package jail_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,46 @@ func TestLogsBoundedWithoutReader(t *testing.T) {
 		if !strings.HasSuffix(string(b), "xxxx\nLAST LINE\n") {
 			t.Errorf("%s ends %q", l, b[max(len(b)-40, 0):])
 		}
+	}
+}
+
+// TestReleaseEndsLogCopier: once its program is gone, Release leaves no
+// log copier behind, also one that cannot see the end of its pipe (here a
+// write end the test keeps open, as a process outside the jail could):
+// the copier holds the log files open, and a volume with a file held open
+// cannot be unmounted.
+func TestReleaseEndsLogCopier(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	must(t, os.Mkdir(root, 0o755))
+	out, err := jail.NewLog(filepath.Join(dir, "console.log"), 16<<10)
+	must(t, err)
+	defer out.Close()
+	held, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(out.Writer().Fd())), os.O_WRONLY, 0)
+	must(t, err)
+	defer held.Close()
+	j, err := jail.Start(jail.Spec{
+		Root: root, Path: "/usr/bin/true", Args: []string{"true"},
+		Stdout: out.Writer(), Logs: []*jail.Log{out},
+		Limits: jail.Limits{MemoryBytes: 64 << 20, PIDs: 16, CPUs: 1},
+	})
+	must(t, err)
+	out.Close()
+	if err := j.Cmd.Wait(); err != nil {
+		t.Fatalf("jailed true: %v", err)
+	}
+	copier := j.State.LogCopier
+	if copier == nil || copier.PID <= 0 {
+		t.Fatalf("the jail's state names no log copier: %+v", j.State)
+	}
+	if !jail.Alive(copier.PID, copier.StartTime) {
+		t.Fatal("the copier ended although a write end of its pipe is open")
+	}
+	j.State.Release()
+	select {
+	case <-j.LogsDone:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("log copier %d still runs after Release", copier.PID)
 	}
 }
