@@ -30,7 +30,7 @@ func TestDefaultsAskForExternalServices(t *testing.T) {
 		{"defaults", nil, "store.postgres: set dsn"},
 		{"no object store", map[string]any{"store": required()["store"]}, "objectStore.url"},
 		{"no credentials", merge(required(), map[string]any{"objectStore": map[string]any{"accessKey": ""}}), "objectStore: set accessKey and secretKey"},
-		{"no capacity", merge(required(), map[string]any{"worker": map[string]any{"capacity": map[string]any{"vcpus": 0}}}), "worker.capacity.vcpus"},
+		{"no capacity", merge(required(), map[string]any{"worker": map[string]any{"capacity": map[string]any{"vcpus": 0}}}), "/worker/capacity/vcpus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.vals)
