@@ -128,6 +128,6 @@ seccompProfile:
 {{- define "space.tlsDNSNames" -}}
 {{- $full := include "space.fullname" . -}}
 {{- $ns := .Release.Namespace -}}
-{{- list (include "space.workerServerName" .) (printf "%s-control" $full) (printf "%s-control.%s" $full $ns) (include "space.controlHost" .) (printf "%s.%s" (include "space.controlHost" .) .Values.tls.clusterDomain) | toJson -}}
+{{- list (include "space.workerServerName" .) (printf "%s-control" $full) (printf "%s-control.%s" $full $ns) (include "space.controlHost" .) (printf "%s.%s" (include "space.controlHost" .) .Values.tls.clusterDomain) "localhost" | toJson -}}
 {{- end -}}
 {{- define "space.scheme" -}}{{ if .Values.tls.enabled }}https{{ else }}http{{ end }}{{- end -}}
