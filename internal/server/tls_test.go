@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -16,10 +17,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/api/apitest"
+	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/worker/remote"
 )
 
@@ -158,5 +162,86 @@ func TestMetricsListen(t *testing.T) {
 	}
 	if got := rec(withoutMetrics(api), "/v1/version"); got != http.StatusOK {
 		t.Errorf("API port /v1/version: %d", got)
+	}
+}
+
+// The API as `spaced control` serves it with --tls-cert-file and
+// --metrics-listen: HTTPS for a client trusting the CA, no answer but an
+// error to plain HTTP, no /metrics on its port, /metrics on the other.
+func TestServeAPITLSAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	writeCA(t, dir, "localhost")
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := free.Addr().String()
+	free.Close()
+	cfg, err := ParseFlags([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-listen", metricsAddr,
+		"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var td teardown
+	defer td.run()
+	db, err := openStore(ctx, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td.add(func() { db.Close() })
+	srv, _, err := startAPI(cfg, apiParts{db: db, auth: auth.New(db, log), worker: apitest.NewWorker(t), metrics: api.NewMetrics()}, &td, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() { served <- serveAPI(ctx, cfg, srv, db, log, func(addr string) { addrc <- addr }) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-served:
+		t.Fatal(err)
+	case <-time.After(time.Minute):
+		t.Fatal("the API did not listen")
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	pool := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	pool.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	get := func(c *http.Client, u string) (int, string, error) {
+		resp, err := c.Get(u)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(b), nil
+	}
+	if code, _, err := get(hc, "https://localhost:"+port+"/healthz"); err != nil || code != http.StatusOK {
+		t.Errorf("https /healthz: %d %v", code, err)
+	}
+	if code, _, err := get(hc, "https://localhost:"+port+"/metrics"); err != nil || code != http.StatusNotFound {
+		t.Errorf("https /metrics on the API's port: %d %v, want 404", code, err)
+	}
+	plain := &http.Client{Timeout: 30 * time.Second}
+	if code, _, err := get(plain, "http://"+addr+"/healthz"); err == nil && code == http.StatusOK {
+		t.Error("plain HTTP served by the TLS API")
+	}
+	code, body, err := get(plain, "http://"+metricsAddr+"/metrics")
+	if err != nil || code != http.StatusOK || !strings.Contains(body, "space_") {
+		t.Errorf("metrics listener: %d %v %.200q", code, err, body)
+	}
+	stop()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serveAPI: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("serveAPI did not return")
 	}
 }
