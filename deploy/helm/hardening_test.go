@@ -20,6 +20,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -27,6 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/space-sandbox/space/internal/server"
+	"github.com/space-sandbox/space/internal/testenv"
+	"github.com/space-sandbox/space/internal/testenv/kuberig"
 	"github.com/space-sandbox/space/internal/worker/remote"
 )
 
@@ -392,5 +396,69 @@ func TestSchema(t *testing.T) {
 		if _, err := render(t, merge(required(), valuesYAML(t, bad))); err == nil || !strings.Contains(err.Error(), "schema") {
 			t.Errorf("%s: render %v, want a schema error", bad, err)
 		}
+	}
+}
+
+// certificateCRD stands in for cert-manager's Certificate CRD as
+// serviceMonitorCRD does for the Prometheus Operator's: real group,
+// version, kind and scope, fields kept unchecked.
+func certificateCRD() *apiextensionsv1.CustomResourceDefinition {
+	preserve := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
+		ObjectMeta: metav1.ObjectMeta{Name: "certificates.cert-manager.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "cert-manager.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "certificates", Singular: "certificate", Kind: "Certificate", ListKind: "CertificateList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type:       "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", XPreserveUnknownFields: &preserve}},
+				}},
+			}},
+		},
+	}
+}
+
+// TestCertManagerApplies applies a release whose certificate cert-manager
+// issues (and with rbac.create=false, ServiceAccounts alone) to the rig.
+func TestCertManagerApplies(t *testing.T) {
+	rig := kuberig.Shared(t, kuberig.Options{})
+	dyn := dynamic.NewForConfigOrDie(rig.Config)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(rig.Config)))
+	crd, err := toUnstructured(certificateCRD())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(bounded(t, time.Minute), dyn, mapper, "", crd); err != nil {
+		t.Fatalf("apply the Certificate CRD: %v", err)
+	}
+	disc := discovery.NewDiscoveryClientForConfigOrDie(rig.Config)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		_, err := disc.ServerResourcesForGroupVersion("cert-manager.io/v1")
+		return err
+	})
+	const ns = "cm-system"
+	manifest, err := renderRelease(t, "cm", ns, merge(required(), valuesYAML(t, `
+tls: {certManager: {issuerRef: {name: space-ca, kind: ClusterIssuer}}}
+rbac: {create: false}
+sandboxes: {namespace: cm-sandboxes}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rig.Namespace(bounded(t, time.Minute), ns); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, u := range unstructuredDocs(t, manifest) {
+		if err := apply(bounded(t, time.Minute), dyn, mapper, ns, u); err != nil {
+			t.Fatalf("server-side apply of %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		kinds[u.GetKind()] = true
+	}
+	if !kinds["Certificate"] || !kinds["ServiceAccount"] || kinds["Role"] {
+		t.Errorf("applied kinds %v: want a Certificate and ServiceAccounts, no Roles", kinds)
 	}
 }
