@@ -30,7 +30,7 @@ func TestDefaultsAskForExternalServices(t *testing.T) {
 		{"defaults", nil, "store.postgres: set dsn"},
 		{"no object store", map[string]any{"store": required()["store"]}, "objectStore.url"},
 		{"no credentials", merge(required(), map[string]any{"objectStore": map[string]any{"accessKey": ""}}), "objectStore: set accessKey and secretKey"},
-		{"no capacity", merge(required(), map[string]any{"worker": map[string]any{"capacity": map[string]any{"vcpus": 0}}}), "worker.capacity.vcpus"},
+		{"no capacity", merge(required(), map[string]any{"worker": map[string]any{"capacity": map[string]any{"vcpus": 0}}}), "/worker/capacity/vcpus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, tc.vals)
@@ -159,7 +159,8 @@ func TestWorker(t *testing.T) {
 		}
 	}
 	// Capacity advertised = what the Pod takes from its host, plus overhead.
-	checkCapacity(t, c, 8, 16384, 16, resource.MustParse("8500m"), resource.MustParse("17408Mi"))
+	// The defaults fit a laptop's Kind cluster.
+	checkCapacity(t, c, 1, 2048, 4, resource.MustParse("1250m"), resource.MustParse("2560Mi"))
 	if c.Resources.Limits.Memory() != nil && !c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("memory limit %s by default: it would OOM-kill sandboxes", c.Resources.Limits.Memory())
 	}
@@ -214,11 +215,15 @@ sandboxes: {namespace: agents, createNamespace: false}
 store: {postgres: {dsn: "", existingSecret: pg-dsn, existingSecretKey: url}}
 objectStore: {existingSecret: s3-keys, accessKey: "", secretKey: ""}
 secrets: {existingSecret: space-keys}
+tls: {existingSecret: space-tls-own}
+ingress: {enabled: true, className: nginx, hosts: [{host: space.example.com}], tls: [{secretName: space-api-tls, hosts: [space.example.com]}]}
 control:
   image: {digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111"}
   replicas: 3
   features: [e2b]
   extraArgs: [--quota-sandboxes=50]
+  extraVolumes: [{name: db-ca, configMap: {name: db-ca}}]
+  extraVolumeMounts: [{name: db-ca, mountPath: /etc/db-ca, readOnly: true}]
   podDisruptionBudget: {minAvailable: 2}
   service: {type: LoadBalancer, port: 443}
   affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app.kubernetes.io/component: control}}}]}}
@@ -232,6 +237,10 @@ worker:
   overhead: {cpu: "2", memoryMiB: 4096}
   memoryLimit: true
   cacheBytes: 17179869184
+  accel: tcg
+  startupProbe: {periodSeconds: 5, failureThreshold: 240}
+  extraVolumes: [{name: scratch, emptyDir: {}}]
+  extraVolumeMounts: [{name: scratch, mountPath: /scratch}]
   updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1}}
 cluster: {podCIDRs: [10.244.0.0/16], serviceCIDRs: [10.96.0.0/12]}
 egress: {allowPrivate: [10.50.0.0/16, 169.254.169.254/32], deny: [10.0.0.0/24]}
@@ -290,7 +299,7 @@ func TestOtherValues(t *testing.T) {
 	}
 	sm := get[*monitoringv1.ServiceMonitor](t, objs, "space-control")
 	svc := get[*corev1.Service](t, objs, "space-control")
-	if sm.Labels["release"] != "prometheus" || !selects(t, sm.Spec.Selector.MatchLabels, svc.Labels) || sm.Spec.Endpoints[0].Port != "http" {
+	if sm.Labels["release"] != "prometheus" || !selects(t, sm.Spec.Selector.MatchLabels, svc.Labels) || sm.Spec.Endpoints[0].Port != "metrics" {
 		t.Errorf("service monitor %+v does not scrape the control service", sm.Spec)
 	}
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.Ports[0].Port != 443 {

@@ -18,10 +18,15 @@ import (
 // Config is spaced's one configuration struct. Every field has a flag; the
 // defaults are API.md's ("Running the server") and work on a fresh machine.
 type Config struct {
-	Listen   string
-	DataDir  string
-	Features []string
-	Accel    string // auto|kvm|tcg
+	Listen string
+	// APITLSCertFile and APITLSKeyFile, when set, serve the API over TLS.
+	APITLSCertFile, APITLSKeyFile string
+	// MetricsListen, when set, is the address /metrics is served on
+	// instead of the API's: the API's port then answers it 404.
+	MetricsListen string
+	DataDir       string
+	Features      []string
+	Accel         string // auto|kvm|tcg
 
 	// Store is empty for the SQLite file in DataDir, or the postgres:// URL
 	// of the PostgreSQL database control replicas share.

@@ -50,6 +50,9 @@ func (f *configFlags) registerAPI(fs *flag.FlagSet, storeHelp string) {
 	cfg := f.cfg
 	f.api = true
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address the API serves on")
+	fs.StringVar(&cfg.APITLSCertFile, "tls-cert-file", "", "PEM certificate: serve the API over TLS (with --tls-key-file)")
+	fs.StringVar(&cfg.APITLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "address /metrics is served on instead of the API's (empty: on the API's, unauthenticated)")
 	fs.StringVar(&cfg.Store, "store", os.Getenv(StoreEnv), storeHelp)
 	fs.Var(&f.sourceRoots, "template-source-root", "host directory template builds may read oci/rootfs paths from, besides <data-dir>/imports (repeatable)")
 	fs.Var(&f.registry, "template-registry-allow", "registries (host[:port],…) template image pulls may reach on loopback, private or this host's addresses (repeatable)")
@@ -93,6 +96,9 @@ func (f *configFlags) finish(fs *flag.FlagSet) error {
 	cfg.Features = f.features
 	if err := checkDebugListen(cfg.DebugListen); err != nil {
 		return err
+	}
+	if f.api && (cfg.APITLSCertFile == "") != (cfg.APITLSKeyFile == "") {
+		return fmt.Errorf("--tls-cert-file and --tls-key-file go together")
 	}
 	if f.host {
 		if err := cfg.checkHost(); err != nil {

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -51,17 +49,9 @@ func workerDialer(cfg ControlConfig, log *slog.Logger) (placement.Dial, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--worker-token-file: %w", err)
 	}
-	var tlsConfig *tls.Config
-	if cfg.WorkerCAFile != "" {
-		pem, err := os.ReadFile(cfg.WorkerCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("--worker-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--worker-ca-file %s: no PEM certificate in it", cfg.WorkerCAFile)
-		}
-		tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+	tlsConfig, err := WorkerClientTLS(cfg)
+	if err != nil {
+		return nil, err
 	}
 	wlog := log.With("component", "worker-protocol")
 	return func(address string) (worker.Worker, error) {

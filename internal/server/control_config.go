@@ -28,6 +28,9 @@ type ControlConfig struct {
 	// WorkerCAFile, when set, is the PEM CA the workers' TLS certificates
 	// chain to: the protocol then runs over TLS.
 	WorkerCAFile string
+	// WorkerServerName is the name the workers' certificates hold, checked
+	// instead of the address dialled (empty: that address).
+	WorkerServerName string
 	// AdminKeyFile holds the bootstrap admin key every replica registers
 	// (required; a missing file is created with a new key).
 	AdminKeyFile string
@@ -79,6 +82,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	fs.StringVar(&cfg.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
 	fs.StringVar(&cfg.WorkerTokenFile, "worker-token-file", "", "file holding the worker protocol's token (required)")
 	fs.StringVar(&cfg.WorkerCAFile, "worker-ca-file", "", "PEM CA of the workers' TLS certificates: reach workers over TLS")
+	fs.StringVar(&cfg.WorkerServerName, "worker-server-name", "", "name the workers' TLS certificates hold, checked instead of the address dialled (with --worker-ca-file)")
 	fs.StringVar(&cfg.AdminKeyFile, "admin-key-file", "", "file holding the bootstrap admin key (space_…), registered by every replica (required; created with a new key when missing)")
 	fs.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "file holding the 32-byte key tenants' secrets are sealed with, shared by the replicas, mode 0600, 0400 or 0440 (default: secrets routes off)")
 	fs.StringVar(&cfg.LeaderLease, "leader-lease", "", "Lease namespace/name the replicas elect the loops' leader on (default <namespace>/"+DefaultLeaderLeaseName+")")

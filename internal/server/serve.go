@@ -66,19 +66,41 @@ func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Serv
 // internal routes for its workers go there, in front of the API's auth).
 func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, log *slog.Logger, ready func(addr string),
 	mounts ...func(http.Handler) http.Handler) error {
+	tlsConfig, err := apiTLS(cfg)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	hs := srv.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	hs.TLSConfig = tlsConfig
+	apiHandler := hs.Handler
 	// The E2B-compatible API shares the listener; it passes /v1 through.
 	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet}, hs.Handler, db, log)
 	for _, mount := range mounts {
 		hs.Handler = mount(hs.Handler)
 	}
+	serveErr := make(chan error, 2)
+	if cfg.MetricsListen != "" {
+		_, stop, err := serveMetrics(cfg.MetricsListen, apiHandler, serveErr, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
+		hs.Handler = withoutMetrics(hs.Handler)
+	}
 	ready(ln.Addr().String())
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(srv.Listener(limitPerClient(ln, cfg.MaxConnsPerClient, log))) }()
+	go func() {
+		l := srv.Listener(limitPerClient(ln, cfg.MaxConnsPerClient, log))
+		if tlsConfig != nil {
+			serveErr <- hs.ServeTLS(l, "", "")
+			return
+		}
+		serveErr <- hs.Serve(l)
+	}()
 	select {
 	case err := <-serveErr:
 		return err
@@ -94,4 +116,37 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, 
 		return err
 	}
 	return nil
+}
+
+// serveMetrics serves GET /metrics of api (and nothing else) on addr, its
+// own listener, which a NetworkPolicy or a bind to loopback can keep from
+// tenants; a failure to serve goes to errc. It returns the bound address;
+// stop closes it.
+func serveMetrics(addr string, api http.Handler, errc chan<- error, log *slog.Logger) (bound string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", api)
+	ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	log.Info("metrics served on their own listener", "metrics_listen", ln.Addr().String())
+	go func() {
+		if err := ms.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics listener: %w", err)
+		}
+	}()
+	return ln.Addr().String(), func() { _ = ms.Close() }, nil
+}
+
+// withoutMetrics answers /metrics 404, for the API's port when metrics
+// have a listener of their own.
+func withoutMetrics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -56,6 +56,9 @@ type NodeConfig struct {
 	// one call the worker makes is ResolveSecret, for the egress proxy's
 	// ${secret:NAME} (worker_secrets.go). Empty: no secret resolves here.
 	Control string
+	// ControlCAFile is the PEM CA an https:// Control's certificate chains
+	// to (empty: the system's roots).
+	ControlCAFile string
 }
 
 // registerNodeFlags adds the node flags of `spaced worker` to fs.
@@ -70,6 +73,7 @@ func registerNodeFlags(fs *flag.FlagSet, c *NodeConfig) {
 	fs.DurationVar(&c.LeaseDuration, "node-lease", 40*time.Second, "duration of the node's Lease (renewed every quarter of it)")
 	fs.IntVar(&c.DrainConcurrency, "drain-concurrency", node.DefaultDrainConcurrency,
 		"sandboxes of this node suspended to object storage at once when its node is drained; the other evicted Pods wait their turn")
+	fs.StringVar(&c.ControlCAFile, "control-ca-file", "", "PEM CA of the control plane's TLS certificate, for https:// --control URLs (default: the system's roots)")
 	fs.StringVar(&c.Control, "control", "", "URL of the control plane, or several comma-separated, where the egress proxy resolves tenants' ${secret:NAME} (needs --kubeconfig; empty: none resolve)")
 }
 

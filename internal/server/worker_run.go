@@ -46,13 +46,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 	if created {
 		log.Info("worker protocol token created", "path", cfg.TokenFile)
 	}
-	var tlsConfig *tls.Config
-	if cfg.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
-		if err != nil {
-			return fmt.Errorf("worker protocol TLS: %w", err)
-		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	tlsConfig, err := WorkerServerTLS(cfg)
+	if err != nil {
+		return err
 	}
 	h, err := prepareHost(ctx, cfg.Config, "spaced worker", &td, log)
 	if err != nil {

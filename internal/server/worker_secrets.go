@@ -23,8 +23,12 @@ func workerSecretLookup(cfg WorkerConfig, token remote.Token, log *slog.Logger) 
 		}
 		return nil, func() {}, nil
 	}
+	tlsConfig, err := controlClientTLS(cfg.Node)
+	if err != nil {
+		return nil, nil, err
+	}
 	cc, err := remote.NewControlClient(remote.ControlClientConfig{URLs: urls, Token: token, Node: cfg.Node.NodeName,
-		Logger: log})
+		TLS: tlsConfig, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

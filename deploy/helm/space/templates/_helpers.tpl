@@ -114,3 +114,20 @@ seccompProfile:
 {{- $q := toString . -}}
 {{- if hasSuffix "m" $q -}}{{- trimSuffix "m" $q | int -}}{{- else -}}{{- mulf (float64 $q) 1000 | int -}}{{- end -}}
 {{- end -}}
+
+{{/* TLS of the internal channels: the Secret (tls.crt, tls.key, ca.crt) and the names its certificate holds. */}}
+{{- define "space.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "space.fullname" .)) .Values.tls.existingSecret -}}
+{{- end -}}
+{{- define "space.workerServerName" -}}
+{{ include "space.fullname" . }}-worker.{{ .Release.Namespace }}.svc
+{{- end -}}
+{{- define "space.controlHost" -}}
+{{ include "space.fullname" . }}-control.{{ .Release.Namespace }}.svc
+{{- end -}}
+{{- define "space.tlsDNSNames" -}}
+{{- $full := include "space.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- list (include "space.workerServerName" .) (printf "%s-control" $full) (printf "%s-control.%s" $full $ns) (include "space.controlHost" .) (printf "%s.%s" (include "space.controlHost" .) .Values.tls.clusterDomain) "localhost" | toJson -}}
+{{- end -}}
+{{- define "space.scheme" -}}{{ if .Values.tls.enabled }}https{{ else }}http{{ end }}{{- end -}}
