@@ -56,7 +56,8 @@ type Options struct {
 	ControlAddrs []string
 	// Workers is how many workers run (default 3); each offers
 	// WorkerVCPUs, WorkerMemoryMiB and WorkerSandboxes (default 2, 2048
-	// and 8).
+	// and 8), its vCPUs overcommitted as spaced worker's
+	// --vcpu-overcommit says (default 4: 8 one-vCPU sandboxes a worker).
 	Workers                                       int
 	WorkerVCPUs, WorkerMemoryMiB, WorkerSandboxes int
 	// NodeLease is the workers' node Lease duration (default 20s) and
