@@ -166,7 +166,8 @@ type Cluster struct {
 }
 
 // Start brings the whole cluster up in order, each part ready before the
-// next that needs it, writes cluster.json and returns. On error it stops
+// next that needs it, waits until a create of the base template would
+// succeed (ready.go), writes cluster.json and returns. On error it stops
 // and removes what it started.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	opts, err = opts.withDefaults()
@@ -210,6 +211,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if err := c.waitWorkersReady(ctx); err != nil {
+		return c, err
+	}
+	if err := c.waitCreatable(ctx); err != nil { // ready.go
 		return c, err
 	}
 	c.Info.Ready = true
