@@ -36,7 +36,7 @@ func TestTwelveIdleSandboxes(t *testing.T) {
 		wg.Go(func() { ops[i] = r.waitOperation(created[i].Operation.ID, operationLease+scheduleTimeout+8*time.Minute) })
 	}
 	wg.Wait()
-	perWorker := map[string]int{}
+	perWorker, running := map[string]int{}, 0
 	for i, op := range ops {
 		if op.State != "succeeded" {
 			t.Errorf("create %d of %d: %s %s", i+1, n, op.State, errorOf(op))
@@ -44,9 +44,10 @@ func TestTwelveIdleSandboxes(t *testing.T) {
 		}
 		sb := r.sandbox(created[i].Sandbox.ID)
 		perWorker[sb.Worker]++
+		running++
 		if out := r.exec(sb.ID, "echo up"); out != "up\n" {
 			t.Errorf("sandbox %s on %s: exec printed %q", sb.ID, sb.Worker, out)
 		}
 	}
-	t.Logf("%d idle 1-vCPU sandboxes running, per worker: %v", n, fmt.Sprint(perWorker))
+	t.Logf("%d of %d idle 1-vCPU sandboxes running, per worker: %v", running, n, fmt.Sprint(perWorker))
 }
