@@ -33,7 +33,9 @@ func TestTwelveIdleSandboxes(t *testing.T) {
 	var wg sync.WaitGroup
 	ops := make([]apiv1.Operation, n)
 	for i := range created {
-		wg.Go(func() { ops[i] = r.waitOperation(created[i].Operation.ID, operationLease+scheduleTimeout+8*time.Minute) })
+		wg.Go(func() {
+			ops[i] = r.waitOperation(created[i].Operation.ID, operationLease+scheduleTimeout+8*time.Minute)
+		})
 	}
 	wg.Wait()
 	perWorker, running := map[string]int{}, 0
