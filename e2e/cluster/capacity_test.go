@@ -3,7 +3,6 @@ package cluster
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,14 +29,12 @@ func TestTwelveIdleSandboxes(t *testing.T) {
 		id := created[i].Sandbox.ID
 		t.Cleanup(func() { r.deleteSandbox(id) })
 	}
-	var wg sync.WaitGroup
+	// The creates run at once on the control plane; waiting for them in
+	// turn keeps the test's Fatal on its own goroutine.
 	ops := make([]apiv1.Operation, n)
 	for i := range created {
-		wg.Go(func() {
-			ops[i] = r.waitOperation(created[i].Operation.ID, operationLease+scheduleTimeout+8*time.Minute)
-		})
+		ops[i] = r.waitOperation(created[i].Operation.ID, operationLease+scheduleTimeout+8*time.Minute)
 	}
-	wg.Wait()
 	perWorker, running := map[string]int{}, 0
 	for i, op := range ops {
 		if op.State != "succeeded" {
