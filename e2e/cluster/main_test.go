@@ -101,6 +101,10 @@ func run(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e/cluster: cluster up in %v\n", time.Since(start).Round(time.Second))
 	start = time.Now()
+	createAtStart() // fleetready_test.go
+	fmt.Fprintf(os.Stderr, "e2e/cluster: a create right after start: HTTP %d, %s %s (%v) in %v\n",
+		atStart.code, atStart.op.State, errorOf(atStart.op), atStart.err, time.Since(start).Round(time.Second))
+	start = time.Now()
 	if err := warmWorkers(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e/cluster: warm-up: %v\nlogs (tails):\n%s", err, cl.LogTails(6000))
 		cl.Stop()

@@ -56,7 +56,8 @@ type Options struct {
 	ControlAddrs []string
 	// Workers is how many workers run (default 3); each offers
 	// WorkerVCPUs, WorkerMemoryMiB and WorkerSandboxes (default 2, 2048
-	// and 8).
+	// and 8), its vCPUs overcommitted as spaced worker's
+	// --vcpu-overcommit says (default 4: 8 one-vCPU sandboxes a worker).
 	Workers                                       int
 	WorkerVCPUs, WorkerMemoryMiB, WorkerSandboxes int
 	// NodeLease is the workers' node Lease duration (default 20s) and
@@ -165,7 +166,8 @@ type Cluster struct {
 }
 
 // Start brings the whole cluster up in order, each part ready before the
-// next that needs it, writes cluster.json and returns. On error it stops
+// next that needs it, waits until a create of the base template would
+// succeed (ready.go), writes cluster.json and returns. On error it stops
 // and removes what it started.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	opts, err = opts.withDefaults()
@@ -209,6 +211,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if err := c.waitWorkersReady(ctx); err != nil {
+		return c, err
+	}
+	if err := c.waitCreatable(ctx); err != nil { // ready.go
 		return c, err
 	}
 	c.Info.Ready = true

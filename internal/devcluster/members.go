@@ -33,11 +33,15 @@ func (c *Cluster) startWorker(ctx context.Context, i int) error {
 	// A short data dir: a VM's sockets live under it (108-byte limit).
 	p := &process{name: name, addr: addr, dataDir: filepath.Join(c.opts.Dir, "w", strconv.Itoa(i+1)),
 		logPath: filepath.Join(c.opts.Dir, "logs", name+".log")}
-	args, _ := withFlags([]string{"worker"}, c.workerFlags,
+	args, lacks := withFlags([]string{"worker"}, c.workerFlags,
 		"listen", addr, "data-dir", p.dataDir, "token-file", c.Info.WorkerTokenFile,
 		"kubeconfig", c.Info.Kubeconfig, "node-name", name, "namespace", c.opts.Namespace,
 		"vcpus", strconv.Itoa(c.opts.WorkerVCPUs), "memory-mib", strconv.Itoa(c.opts.WorkerMemoryMiB),
 		"sandboxes", strconv.Itoa(c.opts.WorkerSandboxes), "node-lease", c.opts.NodeLease.String())
+	if len(lacks) > 0 {
+		// Without them it would run on the host's defaults (its data dir).
+		return fmt.Errorf("%s worker has no %s (or its -h no longer lists them)", c.opts.Spaced, strings.Join(lacks, ", "))
+	}
 	// Object storage arrives with the suspend/wake and artifacts work:
 	// passed once the worker has the flags.
 	args, missing := withFlags(args, c.workerFlags,

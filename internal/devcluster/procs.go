@@ -141,7 +141,9 @@ func freeAddr(addr string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-var flagLine = regexp.MustCompile(`^\s+-([a-z][a-z0-9.-]*)`)
+// flagLine is a flag line of a usage text, "  -name" as the flag package
+// prints it or "  --name" as spaced does.
+var flagLine = regexp.MustCompile(`^\s+--?([a-z][a-z0-9.-]*)`)
 
 // flagsOf lists the flags `spaced <sub> -h` prints, or nil when spaced has
 // no such subcommand (its usage is not "Usage of spaced <sub>").

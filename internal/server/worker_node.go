@@ -42,6 +42,10 @@ type NodeConfig struct {
 	AdvertiseAddress string
 	// What the worker offers: the node's capacity and allocatable.
 	VCPUs, MemoryMiB, Sandboxes int
+	// VCPUOvercommit is the ratio of sandbox vCPUs to the host's VCPUs the
+	// node advertises (its cpu capacity is VCPUs × VCPUOvercommit);
+	// memory is not overcommitted.
+	VCPUOvercommit float64
 	// LeaseDuration is the node Lease's duration (renewed every quarter).
 	LeaseDuration time.Duration
 	// DrainConcurrency bounds this node's sandboxes suspending at once
@@ -61,6 +65,11 @@ type NodeConfig struct {
 	ControlCAFile string
 }
 
+// DefaultVCPUOvercommit is --vcpu-overcommit's default: agent sandboxes
+// mostly sit idle waiting for their next command, so four of them share a
+// host vCPU well; a fleet of busy ones wants less (docs/kubernetes.md).
+const DefaultVCPUOvercommit = 4
+
 // registerNodeFlags adds the node flags of `spaced worker` to fs.
 func registerNodeFlags(fs *flag.FlagSet, c *NodeConfig) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to register this host with as a node (empty: no registration)")
@@ -68,6 +77,8 @@ func registerNodeFlags(fs *flag.FlagSet, c *NodeConfig) {
 	fs.StringVar(&c.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
 	fs.StringVar(&c.AdvertiseAddress, "advertise-address", "", "IP the control plane dials (default: the --listen host; required when that is 0.0.0.0 or ::)")
 	fs.IntVar(&c.VCPUs, "vcpus", runtime.NumCPU(), "vCPUs this worker offers to sandboxes")
+	fs.Float64Var(&c.VCPUOvercommit, "vcpu-overcommit", DefaultVCPUOvercommit,
+		"sandbox vCPUs placed per host vCPU: the node advertises --vcpus times this as its cpu capacity (1: none; memory is never overcommitted)")
 	fs.IntVar(&c.MemoryMiB, "memory-mib", hostMemoryMiB(), "memory (MiB) this worker offers to sandboxes")
 	fs.IntVar(&c.Sandboxes, "sandboxes", 32, "sandboxes this worker runs at most")
 	fs.DurationVar(&c.LeaseDuration, "node-lease", 40*time.Second, "duration of the node's Lease (renewed every quarter of it)")
@@ -108,6 +119,9 @@ func (c *NodeConfig) validate() error {
 	}
 	if c.VCPUs < 1 || c.MemoryMiB < 1 || c.Sandboxes < 1 {
 		return bad("--vcpus (%d), --memory-mib (%d) and --sandboxes (%d) must be positive", c.VCPUs, c.MemoryMiB, c.Sandboxes)
+	}
+	if c.VCPUOvercommit < 1 || c.VCPUOvercommit > node.MaxVCPUOvercommit {
+		return bad("--vcpu-overcommit %g must be between 1 and %d", c.VCPUOvercommit, node.MaxVCPUOvercommit)
 	}
 	if c.LeaseDuration < 4*time.Second {
 		return bad("--node-lease %s is below 4s", c.LeaseDuration)
@@ -181,13 +195,13 @@ func serveWorkerAndNode(ctx context.Context, w worker.Worker, ln net.Listener, o
 		defer cancel()
 		nodeErr = node.Run(ctx, client, w, node.Config{
 			NodeName: nc.NodeName, Address: addr, Namespace: nc.Namespace,
-			VCPUs: nc.VCPUs, MemoryMiB: nc.MemoryMiB, Sandboxes: nc.Sandboxes,
+			VCPUs: nc.VCPUs, VCPUOvercommit: nc.VCPUOvercommit, MemoryMiB: nc.MemoryMiB, Sandboxes: nc.Sandboxes,
 			LeaseDuration: nc.LeaseDuration, DrainConcurrency: nc.DrainConcurrency, ObjectStore: nc.ObjectStore,
 			Logger: opts.Logger.With("component", "node"),
 		})
 	})
 	opts.Logger.Info("registering this worker as a Kubernetes node", "node", nc.NodeName, "address", addr,
-		"namespace", nc.Namespace, "vcpus", nc.VCPUs, "memory_mib", nc.MemoryMiB, "sandboxes", nc.Sandboxes,
+		"namespace", nc.Namespace, "vcpus", nc.VCPUs, "vcpu_overcommit", nc.VCPUOvercommit, "memory_mib", nc.MemoryMiB, "sandboxes", nc.Sandboxes,
 		"drain_concurrency", nc.DrainConcurrency, "drain_moves_sandboxes", nc.ObjectStore)
 	serveErr := ServeWorker(ctx, w, ln, opts)
 	cancel()

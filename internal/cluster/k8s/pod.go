@@ -3,6 +3,7 @@ package k8s
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -134,4 +135,33 @@ func PinToNode(pod *corev1.Pod, node string) {
 			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
 		}}},
 	}}
+}
+
+// AvoidNodes keeps the Pod off the named nodes (a required node affinity
+// on metadata.name, NotIn), leaving kube-scheduler every other choice: a
+// Pod lost on a node whose worker died is placed again elsewhere. It adds
+// to a pin's term when the Pod has one.
+func AvoidNodes(pod *corev1.Pod, nodes []string) {
+	if len(nodes) == 0 {
+		return
+	}
+	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: slices.Clone(nodes)}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	sel := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(sel.NodeSelectorTerms) == 0 {
+		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
+	}
+	// Terms are ORed, requirements within a term ANDed: every term avoids.
+	for i := range sel.NodeSelectorTerms {
+		sel.NodeSelectorTerms[i].MatchFields = append(sel.NodeSelectorTerms[i].MatchFields, req)
+	}
 }

@@ -32,10 +32,14 @@ type Config struct {
 	// InternalIP, the port its k8s.AnnotationWorkerPort.
 	Address string
 	// What the worker offers to sandboxes: the node's capacity and
-	// allocatable (Sandboxes is its "pods").
-	VCPUs     int
-	MemoryMiB int
-	Sandboxes int
+	// allocatable (Sandboxes is its "pods"). VCPUs are the host's; the
+	// node advertises VCPUs × VCPUOvercommit of cpu (1 when 0: none), as
+	// idle agent sandboxes leave their vCPUs mostly unused. Memory is
+	// never overcommitted: a guest's RAM is the host's.
+	VCPUs          int
+	VCPUOvercommit float64
+	MemoryMiB      int
+	Sandboxes      int
 	// Namespace is where sandbox Pods live (k8s.DefaultNamespace when "").
 	// A Pod bound to this node in any other namespace is failed, not run.
 	Namespace string
@@ -69,6 +73,10 @@ type Config struct {
 	Drains *DrainRecord
 	Logger *slog.Logger
 }
+
+// MaxVCPUOvercommit bounds Config.VCPUOvercommit: past it a busy fleet's
+// vCPUs would each get a sliver of a core.
+const MaxVCPUOvercommit = 16
 
 // DefaultDrainConcurrency is how many sandboxes of one node suspend at
 // once for a drain unless configured: two keep the node's disk and
@@ -134,6 +142,9 @@ func (c Config) validate() (ip string, port int, err error) {
 	}
 	if c.VCPUs < 1 || c.MemoryMiB < 1 || c.Sandboxes < 1 {
 		return bad("vcpus %d, memory_mib %d and sandboxes %d must all be positive", c.VCPUs, c.MemoryMiB, c.Sandboxes)
+	}
+	if c.VCPUOvercommit != 0 && (c.VCPUOvercommit < 1 || c.VCPUOvercommit > MaxVCPUOvercommit) {
+		return bad("vcpu overcommit %g must be between 1 and %d", c.VCPUOvercommit, MaxVCPUOvercommit)
 	}
 	if c.DrainConcurrency < 1 {
 		return bad("drain concurrency %d must be positive", c.DrainConcurrency)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"strconv"
 	"sync"
@@ -30,7 +31,7 @@ const workerVersion = "space-worker"
 // allocatable and its worker-protocol address.
 func newNodeObject(cfg Config, ip string, port int) *corev1.Node {
 	offer := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(int64(cfg.VCPUs), resource.DecimalSI),
+		corev1.ResourceCPU:    advertisedCPU(cfg.VCPUs, cfg.VCPUOvercommit),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(cfg.MemoryMiB)<<20, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(int64(cfg.Sandboxes), resource.DecimalSI),
 	}
@@ -57,6 +58,16 @@ func newNodeObject(cfg Config, ip string, port int) *corev1.Node {
 			Phase:    corev1.NodeRunning,
 		},
 	}
+}
+
+// advertisedCPU is the node's cpu capacity: the host's vCPUs times the
+// overcommit ratio (none when 0), in millicores, so kube-scheduler places
+// that many sandbox vCPUs on it.
+func advertisedCPU(vcpus int, overcommit float64) resource.Quantity {
+	if overcommit == 0 {
+		overcommit = 1
+	}
+	return *resource.NewMilliQuantity(int64(math.Round(float64(vcpus)*overcommit*1000)), resource.DecimalSI)
 }
 
 // readyCondition is the node's Ready condition for what the worker's Ready
