@@ -48,6 +48,13 @@ step "mmdebstrap a minimal Debian 12 root in $DIR"
 mmdebstrap --quiet --variant=minbase --include=make bookworm "$DIR" \
   "deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" "deb $SECURITY bookworm-security main"
 cp /etc/resolv.conf "$DIR/etc/resolv.conf"
+# A network that intercepts TLS needs its CA on every host: the host's local
+# CAs go where ca-certificates (which make setup installs) picks them up.
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  mkdir -p "$DIR/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$DIR/usr/local/share/ca-certificates/"
+  echo "copied the host's local CAs: $(cd /usr/local/share/ca-certificates && echo *.crt)"
+fi
 
 step "copy the checkout (tracked and untracked, not ignored files) to /root/space"
 mkdir -p "$DIR/root/space"

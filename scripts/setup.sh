@@ -344,6 +344,10 @@ npm_ci() {
     return
   fi
   log "$1: npm ci"
+  # The official Node binary trusts only its bundled CAs, Debian's node the
+  # system's: give npm the system's under either.
+  local ca=/etc/ssl/certs/ca-certificates.crt
+  [[ -n ${NODE_EXTRA_CA_CERTS:-} || ! -f $ca ]] || export NODE_EXTRA_CA_CERTS=$ca
   (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
   printf '%s\n' "$want" >"$stamp"
 }
