@@ -167,11 +167,10 @@ restore_policy() {
 install_test_packages() {
   local missing s
   mapfile -t missing < <(missing_packages "${TEST_PACKAGES[@]}")
-  if [[ ${#missing[@]} -eq 0 && ${SPACE_SETUP_FORCE:-0} != 1 ]]; then
+  if [[ ${#missing[@]} -eq 0 ]]; then
     log "test packages: all installed (${TEST_PACKAGES[*]})"
     return
   fi
-  [[ ${#missing[@]} -eq 0 ]] && return # forced, but nothing to install
   apt_update
   log "installing (services not started): ${missing[*]}"
   deny_service_starts
