@@ -72,6 +72,10 @@ in_root() {
   fi
   unshare "${flags[@]}" /bin/bash -euo pipefail -c '
     root=$1; shift
+    # The root a mount of its own, as on a real host: the VM jail makes
+    # mounts private, which fails (EINVAL) on a chroot directory that is no
+    # mount point.
+    mount --bind "$root" "$root"
     mount -t proc proc "$root/proc"
     mount -t sysfs sysfs "$root/sys"
     mount --rbind /dev "$root/dev"
