@@ -19,13 +19,18 @@ FUZZTIME  ?= 60s
 
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all setup build run test vet bench fuzz clean images kube s3
+.PHONY: all setup setup-test build run test vet bench fuzz clean images kube s3
 
 all: build
 
-## setup: install host packages and cache the guest kernel (idempotent)
+## setup: install what the server needs (host packages, Go, the guest kernel; idempotent)
 setup:
 	bash scripts/setup.sh
+
+## setup-test: setup plus the test tools (PostgreSQL and etcd binaries with their
+## services disabled, kubectl, pip, mypy, Node >= 20.18.1, the e2e npm clients)
+setup-test:
+	bash scripts/setup.sh --test
 
 # What `space version`, `spaced --version` and GET /v1/version say:
 # the nearest tag (or the commit) and the commit, set at link time.
@@ -56,7 +61,7 @@ kube:
 ## test: set up, build, vet and run every test (CI runs this)
 ## (again under -race for RACE_PKGS, the fuzz targets briefly, then the leak check:
 ## no VMM, mount, loop device or netns the tests made may remain)
-test: setup build vet kube s3
+test: setup-test build vet kube s3
 	@bash scripts/leakcheck.sh --baseline .leak-baseline
 	$(GO) test -p $(TEST_P) -count=1 -timeout 25m $(TEST_FLAGS) ./...
 	$(GO) test -race -p $(TEST_P) -count=1 -timeout 20m $(TEST_FLAGS) $(RACE_PKGS)
@@ -69,7 +74,7 @@ s3:
 	@GO=$(GO) bash scripts/s3-build.sh
 
 ## bench: run the Go benchmarks (no tests)
-bench: setup build s3
+bench: setup-test build s3
 	$(GO) test -p 1 -count=1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 30m ./...
 
 ## fuzz: run every fuzz target for $(FUZZTIME) each (seed corpora in testdata/fuzz/)
@@ -99,7 +104,7 @@ clean:
 ## how to use it in $(CLUSTER_DIR)/cluster.json (README: Running a cluster)
 CLUSTER_DIR ?= /var/lib/space-cluster
 .PHONY: cluster cluster-down
-cluster: setup build kube s3
+cluster: setup-test build kube s3
 	$(GO) build -o bin/space-cluster ./cmd/space-cluster
 	./bin/space-cluster up --dir $(CLUSTER_DIR) --spaced bin/spaced
 

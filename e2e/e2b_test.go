@@ -12,15 +12,12 @@ import (
 )
 
 // TestE2BSDK drives the E2B-compatible API with the official e2b npm
-// package at 2.51.0 and at 2.50.0 (e2e/e2b-sdk, installed by make setup
-// from its lockfile) against a real spaced.
+// package at 2.51.0 and at 2.50.0 (e2e/e2b-sdk, installed by make
+// setup-test from its lockfile) against a real spaced.
 func TestE2BSDK(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("the E2B SDK test needs node ≥ 20.18.1 and npm on PATH (make setup)")
-	}
+	node := nodeBinary(t)
 	if out, err := exec.Command(node, "-e", `const [a,b,c]=process.versions.node.split('.').map(Number);process.exit(a>20||(a===20&&(b>18||(b===18&&c>=1)))?0:1)`).CombinedOutput(); err != nil {
-		t.Fatalf("the e2b SDK needs node ≥ 20.18.1: %v %s", err, out)
+		t.Fatalf("the e2b SDK needs node ≥ 20.18.1 (make setup-test links one in e2e/node-runtime/bin): %s: %v %s", node, err, out)
 	}
 	dir, err := filepath.Abs("e2b-sdk")
 	if err != nil {
@@ -28,7 +25,7 @@ func TestE2BSDK(t *testing.T) {
 	}
 	for _, pkg := range []string{"e2b-new", "e2b-old"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			t.Fatalf("the e2b SDK is not installed: run make setup (npm ci in e2e/e2b-sdk): %v", err)
+			t.Fatalf("the e2b SDK is not installed: run make setup-test (npm ci in e2e/e2b-sdk): %v", err)
 		}
 	}
 	srv := startServer(t)

@@ -468,20 +468,18 @@ func testMCPStdoutClean(t *testing.T, srv *server) {
 // testMCPTypeScript runs e2e/mcp-client/client.mjs, which drives `space mcp`
 // with the official TypeScript SDK's client over stdio and HTTP.
 func testMCPTypeScript(t *testing.T, srv *server, key string) {
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatal("needs node (the TypeScript MCP client; Node 20 and npm are on the machine image)")
-	}
+	node := nodeBinary(t)
 	dir, err := filepath.Abs("mcp-client")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		t.Fatalf("the TypeScript SDK is not installed: run make setup (npm ci in e2e/mcp-client): %v", err)
+		t.Fatalf("the TypeScript SDK is not installed: run make setup-test (npm ci in e2e/mcp-client): %v", err)
 	}
 	httpURL := startMCPHTTP(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "client.mjs")
+	cmd := exec.CommandContext(ctx, node, "client.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "SPACE_URL="+srv.URL, "SPACE_API_KEY="+key,
 		"SPACE_BIN="+filepath.Join(binDir, "space"), "SPACE_MCP_HTTP_URL="+httpURL)
