@@ -46,9 +46,10 @@ type Config struct {
 	// Heartbeat is the idle interval after which event streams send a
 	// heartbeat (default 15s).
 	Heartbeat time.Duration
-	// Sandbox defaults when neither the request nor the template says.
-	DefaultVCPUs     int // default 1
-	DefaultMemoryMiB int // default 256
+	// Sandbox defaults when neither the request nor the template says
+	// (sandbox.Config, which owns them: 1 vCPU, 256 MiB).
+	DefaultVCPUs     int
+	DefaultMemoryMiB int
 	// Limits of one sandbox.
 	MaxVCPUs     int // default 8
 	MaxMemoryMiB int // default 16384
@@ -87,8 +88,6 @@ func (c *Config) setDefaults() {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 15 * time.Second
 	}
-	def(&c.DefaultVCPUs, 1)
-	def(&c.DefaultMemoryMiB, 256)
 	def(&c.MaxVCPUs, 8)
 	def(&c.MaxMemoryMiB, 16384)
 	def(&c.MaxDiskMiB, 256*1024)
@@ -177,7 +176,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.ready == nil {
 		s.ready = deps.Worker.Ready
 	}
-	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB},
+	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, WorkerID: cfg.WorkerID},
 		sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID, Templates: deps.Templates})
 	if err != nil {
 		return nil, err
