@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/store"
@@ -50,15 +49,8 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 // worker can say at once.
 func (s *Server) withUsage(ctx context.Context, sb *store.Sandbox) apiv1.Sandbox {
 	out := s.sandboxView(sb)
-	if !sb.State.Live() || sb.State == store.SandboxCreating {
-		return out
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if st, err := s.worker.Sandbox(ctx, sb.ID); err == nil {
+	if st, ok := s.svc.Usage(ctx, sb); ok {
 		out.Usage = usageOf(st)
-	} else {
-		s.logger.Debug("sandbox usage", "sandbox", sb.ID, "err", err)
 	}
 	return out
 }

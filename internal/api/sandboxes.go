@@ -148,7 +148,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		// Deleted sandboxes are listed only when asked for by state.
 		f.ExcludeStates = sandbox.Gone()
 	}
-	page, err := s.store.ListSandboxes(r.Context(), f)
+	page, err := s.svc.ListSandboxes(r.Context(), f)
 	if err != nil {
 		return err
 	}
@@ -166,7 +166,7 @@ func (s *Server) sandbox(r *http.Request) (*store.Sandbox, error) {
 	if !validID(id, store.PrefixSandbox) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %q not found", id)
 	}
-	sb, err := s.store.GetSandbox(r.Context(), principal(r.Context()).TenantID, id)
+	sb, err := s.svc.GetSandbox(r.Context(), principal(r.Context()).TenantID, id)
 	if err != nil {
 		return nil, notFoundAs(err, "sandbox", id)
 	}

@@ -130,16 +130,18 @@ type Deps struct {
 type Server struct {
 	cfg      Config
 	features map[string]bool
-	store    store.Store
-	ops      *operation.Engine
-	auth     *auth.Authenticator
-	worker   worker.Worker
-	ready    func(ctx context.Context) error
-	secrets  *secrets.Service
-	logger   *slog.Logger
-	metrics  *Metrics
-	handler  http.Handler
-	routes   []route
+	// idem keeps the idempotency records: the one persistence the edge
+	// owns. Everything else of the store and the worker is the domain's,
+	// reached through svc (internal/convention's TestEdgesCallTheService).
+	idem    idempotencyRecords
+	ops     *operation.Engine
+	auth    *auth.Authenticator
+	ready   func(ctx context.Context) error
+	secrets *secrets.Service
+	logger  *slog.Logger
+	metrics *Metrics
+	handler http.Handler
+	routes  []route
 	// svc is the control-plane domain the handlers call.
 	svc *sandbox.Service
 
@@ -170,16 +172,16 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, features: features,
-		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker, secrets: deps.Secrets,
+		idem: deps.Store, ops: deps.Ops, auth: deps.Auth, secrets: deps.Secrets,
 		logger: deps.Logger, metrics: deps.Metrics, ready: deps.Ready,
-	}
-	if s.ready == nil {
-		s.ready = deps.Worker.Ready
 	}
 	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, WorkerID: cfg.WorkerID},
 		sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID, Templates: deps.Templates})
 	if err != nil {
 		return nil, err
+	}
+	if s.ready == nil {
+		s.ready = s.svc.WorkerReady
 	}
 	for typ, h := range s.svc.Handlers() {
 		s.ops.Register(typ, s.recorded(h))
@@ -312,7 +314,7 @@ func (s *Server) refreshSandboxGauge(ctx context.Context) {
 	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.Gone()}
 	f.PageSize = store.MaxPageSize
 	for {
-		page, err := s.store.ListSandboxes(ctx, f)
+		page, err := s.svc.ListSandboxes(ctx, f)
 		if err != nil {
 			s.logger.Warn("metrics: list sandboxes", "err", err)
 			return
@@ -371,7 +373,7 @@ func (s *Server) pruneIdempotency(ctx context.Context) {
 	tick := time.NewTicker(time.Hour)
 	defer tick.Stop()
 	for now := time.Now(); ; {
-		if n, err := s.store.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
+		if n, err := s.idem.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
 			if ctx.Err() != nil {
 				return
 			}

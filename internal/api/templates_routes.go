@@ -113,7 +113,7 @@ func (s *Server) templateBuildLog(w http.ResponseWriter, r *http.Request) error 
 	if !validID(id, store.PrefixOperation) {
 		return notFound
 	}
-	op, err := s.store.GetOperation(r.Context(), principal(r.Context()).TenantID, id)
+	op, err := s.svc.GetOperation(r.Context(), principal(r.Context()).TenantID, id)
 	if err != nil {
 		return notFoundAs(err, "operation", id)
 	}
