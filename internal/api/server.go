@@ -195,6 +195,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
+// Service is the control-plane domain the API calls: the other edges (the
+// E2B-compatible API) call the same one.
+func (s *Server) Service() *sandbox.Service { return s.svc }
+
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 

@@ -75,7 +75,7 @@ func newTestHandler(t *testing.T) (*Handler, *fakeV1, string) {
 		t.Fatal(err)
 	}
 	v1 := &fakeV1{}
-	return New(Config{}, v1, st, nil), v1, tok
+	return New(Config{}, v1, st, st, nil), v1, tok
 }
 
 func TestRouting(t *testing.T) {

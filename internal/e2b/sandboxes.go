@@ -111,14 +111,14 @@ func (h *Handler) newEnvdToken(ctx context.Context, sb apiv1.Sandbox, tenantID s
 		return "", err
 	}
 	tok := hex.EncodeToString(b[:])
-	err := h.store.CreateEnvdToken(ctx, &store.EnvdToken{SandboxID: sb.ID, TenantID: tenantID, Hash: auth.HashKey(tok)})
+	err := h.tokens.CreateEnvdToken(ctx, &store.EnvdToken{SandboxID: sb.ID, TenantID: tenantID, Hash: auth.HashKey(tok)})
 	return tok, err
 }
 
 // tenantOf finds the tenant of a sandbox the caller can see (it just read
 // it through /v1 with the caller's key).
 func (h *Handler) tenantOf(ctx context.Context, id string) (string, error) {
-	sb, err := h.store.GetSandbox(ctx, store.AnyTenant, id)
+	sb, err := h.sandboxes.GetSandbox(ctx, store.AnyTenant, id)
 	if err != nil {
 		return "", err
 	}
