@@ -199,6 +199,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // E2B-compatible API) call the same one.
 func (s *Server) Service() *sandbox.Service { return s.svc }
 
+// Authenticator checks the API's keys: the other edges check theirs with
+// it too.
+func (s *Server) Authenticator() *auth.Authenticator { return s.auth }
+
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 

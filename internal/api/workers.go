@@ -15,12 +15,7 @@ import (
 // fleet: absent while suspended or not placed.
 func (s *Server) sandboxView(sb *store.Sandbox) apiv1.Sandbox {
 	out := toSandbox(sb)
-	if host, fleet := s.svc.HostOf(sb.ID); fleet {
-		out.Worker = ""
-		if sb.State.Live() && sb.State != store.SandboxSuspended {
-			out.Worker = host
-		}
-	}
+	out.Worker = s.svc.WorkerOf(sb)
 	return out
 }
 

@@ -62,7 +62,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{h: e2b.New(e2b.Config{}, srv, srv.Service(), st, log), key: key}
+	e := &benchEnv{h: e2b.New(e2b.Config{}, srv, srv.Service(), srv.Authenticator(), st, log), key: key}
 	res := e.do(b, "POST", "/sandboxes", `{"templateID":"base"}`, nil)
 	if res.Code != http.StatusCreated {
 		b.Fatalf("create: %d %s", res.Code, res.Body)

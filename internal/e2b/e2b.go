@@ -7,11 +7,12 @@
 // plane API (sandboxes, authorised by X-API-KEY, a SPACE key); every other
 // request passes to the /v1 handler untouched.
 //
-// Calls that change a sandbox or reach its guest are translated into /v1
-// requests made in-process on the /v1 handler, so validation, tenant
-// scoping, quotas, operations and audit are exactly those of /v1; the
-// sandbox reads that need no caller's key (envd health, a sandbox's
-// tenant) ask the domain, sandbox.Service, directly. The package owns the
+// Sandbox reads (get, list, envd health) call the domain, sandbox.Service,
+// directly, as the principal /v1's authenticator makes of the caller's key
+// or envd token; calls that change a sandbox or reach its guest are still
+// translated into /v1 requests made in-process on the /v1 handler, so
+// validation, tenant scoping, quotas, operations and audit are exactly
+// those of /v1. The package owns the
 // translation, the Connect framing and the envd tokens' issue and check;
 // it owns no sandbox state and never calls the store's sandboxes or a
 // worker (internal/convention's TestEdgesCallTheService).
@@ -65,16 +66,10 @@ type Handler struct {
 	cfg       Config
 	v1        http.Handler
 	sandboxes Sandboxes
+	auth      Authenticator
 	tokens    EnvdTokens
 	log       *slog.Logger
 	rest      *http.ServeMux
-}
-
-// Sandboxes is what this package reads of the domain: a sandbox of any
-// tenant, by id (sandbox.Service). It is asked only for a sandbox a caller
-// has already been shown, or holds a token for.
-type Sandboxes interface {
-	GetSandbox(ctx context.Context, tenant, id string) (*store.Sandbox, error)
 }
 
 // EnvdTokens keeps the sandboxes' envd access tokens, by hash: the one
@@ -85,15 +80,16 @@ type EnvdTokens interface {
 }
 
 // New returns a Handler in front of v1 (SPACE's API handler). sandboxes
-// is the domain (sandbox.Service), tokens holds the envd tokens.
-func New(cfg Config, v1 http.Handler, sandboxes Sandboxes, tokens EnvdTokens, log *slog.Logger) *Handler {
+// is the domain (sandbox.Service), au checks SPACE keys as /v1 does,
+// tokens holds the envd tokens.
+func New(cfg Config, v1 http.Handler, sandboxes Sandboxes, au Authenticator, tokens EnvdTokens, log *slog.Logger) *Handler {
 	if cfg.OpWait <= 0 {
 		cfg.OpWait = 10 * time.Minute
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, v1: v1, sandboxes: sandboxes, tokens: tokens, log: log}
+	h := &Handler{cfg: cfg, v1: v1, sandboxes: sandboxes, auth: au, tokens: tokens, log: log}
 	h.rest = h.restMux()
 	return h
 }

@@ -47,6 +47,10 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		writeRESTError(w, pe.status, "%s", pe.message)
 		return
 	}
+	if status, msg, ok := domainError(err); ok {
+		writeRESTError(w, status, "%s", msg)
+		return
+	}
 	h.log.ErrorContext(r.Context(), "e2b: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeRESTError(w, http.StatusInternalServerError, "internal error")
 }

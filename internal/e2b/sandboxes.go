@@ -176,18 +176,6 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who call
 	})
 }
 
-// get reads a sandbox; a deleted one is 404, as E2B has no deleted state.
-func (h *Handler) get(ctx context.Context, who caller, id string) (apiv1.Sandbox, error) {
-	var sb apiv1.Sandbox
-	if _, err := h.callJSON(ctx, who, "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb); err != nil {
-		return sb, err
-	}
-	if gone(sb) {
-		return sb, errorf(http.StatusNotFound, "sandbox %q not found", id)
-	}
-	return sb, nil
-}
-
 func (h *Handler) getSandbox(w http.ResponseWriter, r *http.Request, who caller) {
 	sb, err := h.get(r.Context(), who, r.PathValue("id"))
 	if err != nil {
@@ -199,15 +187,16 @@ func (h *Handler) getSandbox(w http.ResponseWriter, r *http.Request, who caller)
 
 func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, who caller) {
 	in := r.URL.Query()
-	q := url.Values{}
+	var f store.SandboxFilter
 	if md := in.Get("metadata"); md != "" {
 		kv, err := url.ParseQuery(md)
 		if err != nil {
 			writeRESTError(w, http.StatusBadRequest, "metadata must be a URL-encoded key=value&… string")
 			return
 		}
+		f.Metadata = map[string]string{}
 		for k, v := range kv {
-			q.Set("metadata."+k, v[len(v)-1])
+			f.Metadata[k] = v[len(v)-1]
 		}
 	}
 	var states []string
@@ -232,20 +221,20 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, who call
 	default:
 		states = append(spaceStates("running"), spaceStates("paused")...)
 	}
-	q.Set("state", strings.Join(states, ","))
+	for _, st := range states {
+		f.States = append(f.States, store.SandboxState(st))
+	}
 	if l := in.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 {
 			writeRESTError(w, http.StatusBadRequest, "limit must be a positive integer")
 			return
 		}
-		q.Set("page_size", strconv.Itoa(n))
+		f.PageSize = n
 	}
-	if t := in.Get("nextToken"); t != "" {
-		q.Set("page_token", t)
-	}
-	var list apiv1.SandboxList
-	if _, err := h.callJSON(r.Context(), who, "GET", "/v1/sandboxes", q, nil, &list); err != nil {
+	f.PageToken = in.Get("nextToken")
+	list, err := h.listSandboxesOf(r.Context(), who, f)
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}

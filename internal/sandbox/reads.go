@@ -63,6 +63,19 @@ func (s *Service) Usage(ctx context.Context, sb *store.Sandbox) (worker.SandboxS
 	return st, true
 }
 
+// WorkerOf names the worker sb is on: behind a fleet, the host its VM is
+// placed on now ("" while suspended or not placed); else its record's.
+func (s *Service) WorkerOf(sb *store.Sandbox) string {
+	host, fleet := s.HostOf(sb.ID)
+	if !fleet {
+		return sb.Worker
+	}
+	if sb.State.Live() && sb.State != store.SandboxSuspended {
+		return host
+	}
+	return ""
+}
+
 // HostOf names the host sandbox id's VM is placed on behind a fleet of
 // hosts (a cluster's placement; "" when on none); fleet is false for one
 // local worker, which has no hosts to name.
