@@ -27,11 +27,12 @@ import (
 type benchEnv struct {
 	h         http.Handler
 	key       string // a tenant's SPACE key
+	otherKey  string // another tenant's
 	sandbox   string
 	envdToken string
 }
 
-func newBenchEnv(b *testing.B) *benchEnv {
+func newBenchEnv(b testing.TB) *benchEnv {
 	b.Helper()
 	st, err := sqlite.Open(filepath.Join(b.TempDir(), "space.db"))
 	if err != nil {
@@ -62,7 +63,15 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{h: e2b.New(e2b.Config{}, srv, srv.Service(), srv.Authenticator(), st, log), key: key}
+	other := &store.Tenant{ID: store.NewID(store.PrefixTenant), Name: "bob", CreatedAt: time.Now()}
+	if err := st.CreateTenant(ctx, other); err != nil {
+		b.Fatal(err)
+	}
+	otherKey, _, err := au.CreateKey(ctx, other.ID, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &benchEnv{otherKey: otherKey, h: e2b.New(e2b.Config{}, srv, srv.Service(), srv.Authenticator(), st, log), key: key}
 	res := e.do(b, "POST", "/sandboxes", `{"templateID":"base"}`, nil)
 	if res.Code != http.StatusCreated {
 		b.Fatalf("create: %d %s", res.Code, res.Body)
@@ -84,7 +93,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 
 // do serves one request; a path of envd's (/files, /process.…) is sent as
 // in-sandbox traffic.
-func (e *benchEnv) do(b *testing.B, method, path, body string, hdr map[string]string) *httptest.ResponseRecorder {
+func (e *benchEnv) do(b testing.TB, method, path, body string, hdr map[string]string) *httptest.ResponseRecorder {
 	var rd io.Reader = http.NoBody
 	if body != "" {
 		rd = bytes.NewBufferString(body)
@@ -107,6 +116,35 @@ func (e *benchEnv) do(b *testing.B, method, path, body string, hdr map[string]st
 	w := httptest.NewRecorder()
 	e.h.ServeHTTP(w, r)
 	return w
+}
+
+// TestReadsAsTheKeysTenant: the E2B reads that ask the Service answer as
+// the key's tenant, as /v1 does: another tenant's sandbox is not found and
+// not listed, a bad key is 401.
+func TestReadsAsTheKeysTenant(t *testing.T) {
+	e := newBenchEnv(t)
+	get := func(key, path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set(e2b.HeaderAPIKey, key)
+		w := httptest.NewRecorder()
+		e.h.ServeHTTP(w, r)
+		return w
+	}
+	if w := get(e.key, "/sandboxes/"+e.sandbox); w.Code != 200 || !bytes.Contains(w.Body.Bytes(), []byte(`"state":"running"`)) {
+		t.Errorf("own sandbox: %d %s", w.Code, w.Body)
+	}
+	if w := get(e.otherKey, "/sandboxes/"+e.sandbox); w.Code != 404 {
+		t.Errorf("another tenant's sandbox: %d %s, want 404", w.Code, w.Body)
+	}
+	if w := get(e.otherKey, "/v2/sandboxes"); w.Code != 200 || w.Body.String() != "[]\n" {
+		t.Errorf("another tenant's list: %d %q, want []", w.Code, w.Body)
+	}
+	if w := get(e.key, "/v2/sandboxes"); w.Code != 200 || !bytes.Contains(w.Body.Bytes(), []byte(e.sandbox)) {
+		t.Errorf("own list: %d %s", w.Code, w.Body)
+	}
+	if w := get("space_nope", "/sandboxes/"+e.sandbox); w.Code != 401 {
+		t.Errorf("bad key: %d %s, want 401", w.Code, w.Body)
+	}
 }
 
 // envelope frames one Connect streaming message.
