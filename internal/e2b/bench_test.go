@@ -118,9 +118,10 @@ func (e *benchEnv) do(b testing.TB, method, path, body string, hdr map[string]st
 	return w
 }
 
-// TestReadsAsTheKeysTenant: the E2B reads that ask the Service answer as
-// the key's tenant, as /v1 does: another tenant's sandbox is not found and
-// not listed, a bad key is 401.
+// TestReadsAsTheKeysTenant: the E2B calls that ask the Service (reads,
+// kill and the wait for its operation) answer as the key's tenant, as /v1
+// does: another tenant's sandbox is not found, not listed and not killed,
+// a bad key is 401.
 func TestReadsAsTheKeysTenant(t *testing.T) {
 	e := newBenchEnv(t)
 	get := func(key, path string) *httptest.ResponseRecorder {
@@ -144,6 +145,22 @@ func TestReadsAsTheKeysTenant(t *testing.T) {
 	}
 	if w := get("space_nope", "/sandboxes/"+e.sandbox); w.Code != 401 {
 		t.Errorf("bad key: %d %s, want 401", w.Code, w.Body)
+	}
+	kill := func(key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("DELETE", "/sandboxes/"+e.sandbox, nil)
+		r.Header.Set(e2b.HeaderAPIKey, key)
+		w := httptest.NewRecorder()
+		e.h.ServeHTTP(w, r)
+		return w
+	}
+	if w := kill(e.otherKey); w.Code != 404 {
+		t.Errorf("kill of another tenant's sandbox: %d %s, want 404", w.Code, w.Body)
+	}
+	if w := kill(e.key); w.Code != 204 {
+		t.Errorf("kill: %d %s, want 204 once deleted", w.Code, w.Body)
+	}
+	if w := get(e.key, "/sandboxes/"+e.sandbox); w.Code != 404 {
+		t.Errorf("killed sandbox: %d %s, want 404", w.Code, w.Body)
 	}
 }
 

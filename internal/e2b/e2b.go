@@ -7,11 +7,13 @@
 // plane API (sandboxes, authorised by X-API-KEY, a SPACE key); every other
 // request passes to the /v1 handler untouched.
 //
-// Sandbox reads (get, list, envd health) call the domain, sandbox.Service,
-// directly, as the principal /v1's authenticator makes of the caller's key
-// or envd token; calls that change a sandbox or reach its guest are still
-// translated into /v1 requests made in-process on the /v1 handler, so
-// validation, tenant scoping, quotas, operations and audit are exactly
+// Sandbox reads (get, list, envd health), kill and the wait for an
+// operation call the domain, sandbox.Service, directly, as the principal
+// /v1's authenticator makes of the caller's key or envd token, and log
+// each call (tenant, key, result). Calls that take a body /v1 validates
+// (create, timeout, pause, resume) or reach a guest (files, processes) are
+// still translated into /v1 requests made in-process on the /v1 handler,
+// so validation, tenant scoping, quotas, operations and audit are exactly
 // those of /v1. The package owns the
 // translation, the Connect framing and the envd tokens' issue and check;
 // it owns no sandbox state and never calls the store's sandboxes or a

@@ -86,6 +86,14 @@ func (d *fakeDomain) ListSandboxes(ctx context.Context, f store.SandboxFilter) (
 
 func (d *fakeDomain) WorkerOf(sb *store.Sandbox) string { return sb.Worker }
 
+func (d *fakeDomain) SubmitDelete(ctx context.Context, tenant, id string) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
+func (d *fakeDomain) WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
 // fakeAuth knows one key, space_k, of tenant ten_a.
 type fakeAuth struct{}
 

@@ -18,6 +18,8 @@ type Sandboxes interface {
 	GetSandbox(ctx context.Context, tenant, id string) (*store.Sandbox, error)
 	ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error)
 	WorkerOf(sb *store.Sandbox) string
+	SubmitDelete(ctx context.Context, tenant, id string) (*store.Operation, error)
+	WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error)
 }
 
 // Authenticator turns a SPACE key into the principal it acts as
@@ -78,6 +80,57 @@ func (h *Handler) listSandboxesOf(ctx context.Context, who caller, f store.Sandb
 		out.Sandboxes = append(out.Sandboxes, h.view(sb))
 	}
 	return out, nil
+}
+
+// kill submits the delete of the caller's sandbox id.
+func (h *Handler) kill(ctx context.Context, who caller, id string) (apiv1.Operation, error) {
+	start := time.Now()
+	p, err := h.principal(ctx, who)
+	if err != nil {
+		return apiv1.Operation{}, err
+	}
+	op, err := h.sandboxes.SubmitDelete(ctx, p.TenantID, id)
+	h.audit(ctx, "delete sandbox", p, id, start, err)
+	if err != nil {
+		return apiv1.Operation{}, err
+	}
+	return apiv1.Operation{ID: op.ID, Target: op.Target, State: string(op.State)}, nil
+}
+
+// waitOp waits for an operation to end, within cfg.OpWait. A failed
+// operation is its error with the status its code maps to.
+func (h *Handler) waitOp(ctx context.Context, who caller, op apiv1.Operation, what string) error {
+	p, err := h.principal(ctx, who)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(h.cfg.OpWait)
+	for !opDone(op.State) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errorf(http.StatusGatewayTimeout, "%s of %s did not finish within %s; it goes on (operation %s)", what, op.Target, h.cfg.OpWait, op.ID)
+		}
+		cur, err := h.sandboxes.WaitOperation(ctx, p.TenantID, op.ID, min(left, 30*time.Second))
+		if err != nil {
+			return err
+		}
+		op.State = string(cur.State)
+		if cur.Error != nil {
+			op.Error = &apiv1.OpError{Code: cur.Error.Code, Message: cur.Error.Message}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if op.State == apiv1.OpSucceeded {
+		return nil
+	}
+	msg := what + " failed"
+	code := "internal"
+	if op.Error != nil {
+		msg, code = what+" failed: "+op.Error.Message, op.Error.Code
+	}
+	return errorf(statusOfCode(code), "%s", msg)
 }
 
 // audit logs a read answered from the domain as /v1's access log would

@@ -254,12 +254,12 @@ func (h *Handler) killSandbox(w http.ResponseWriter, r *http.Request, who caller
 		h.writeErr(w, r, err)
 		return
 	}
-	var out apiv1.OperationResponse
-	if _, err := h.callJSON(r.Context(), who, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &out); err != nil {
+	op, err := h.kill(r.Context(), who, id)
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	if err := h.waitOp(r.Context(), who, out.Operation, "kill"); err != nil {
+	if err := h.waitOp(r.Context(), who, op, "kill"); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}

@@ -42,6 +42,12 @@ func (s *Service) ListOperations(ctx context.Context, tenant, target string, pr 
 	return s.store.ListOperations(ctx, store.OperationFilter{TenantID: tenant, Target: target, PageRequest: pr})
 }
 
+// WaitOperation is tenant's operation id once it has ended, or as it
+// stands when wait has passed.
+func (s *Service) WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error) {
+	return s.ops.Wait(ctx, tenant, id, wait)
+}
+
 // NetworkLog is what the worker recorded of a sandbox's traffic.
 func (s *Service) NetworkLog(ctx context.Context, sandboxID string) ([]worker.NetworkRecord, error) {
 	return s.worker.NetworkLog(ctx, sandboxID)
