@@ -119,9 +119,10 @@ func (e *benchEnv) do(b testing.TB, method, path, body string, hdr map[string]st
 }
 
 // TestReadsAsTheKeysTenant: the E2B calls that ask the Service (reads,
-// kill and the wait for its operation) answer as the key's tenant, as /v1
-// does: another tenant's sandbox is not found, not listed and not killed,
-// a bad key is 401.
+// pause, resume, kill and the waits for their operations) answer as the
+// key's tenant, as /v1 does: another tenant's sandbox is not found, not
+// listed, not paused and not killed, a bad key is 401; the state machine's
+// conflicts are the Service's.
 func TestReadsAsTheKeysTenant(t *testing.T) {
 	e := newBenchEnv(t)
 	get := func(key, path string) *httptest.ResponseRecorder {
@@ -145,6 +146,32 @@ func TestReadsAsTheKeysTenant(t *testing.T) {
 	}
 	if w := get("space_nope", "/sandboxes/"+e.sandbox); w.Code != 401 {
 		t.Errorf("bad key: %d %s, want 401", w.Code, w.Body)
+	}
+	post := func(key, path, body string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", path, bytes.NewBufferString(body))
+		r.Header.Set(e2b.HeaderAPIKey, key)
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		e.h.ServeHTTP(w, r)
+		return w
+	}
+	if w := post(e.otherKey, "/sandboxes/"+e.sandbox+"/pause", ""); w.Code != 404 {
+		t.Errorf("pause of another tenant's sandbox: %d %s, want 404", w.Code, w.Body)
+	}
+	if w := post(e.key, "/sandboxes/"+e.sandbox+"/pause", ""); w.Code != 204 {
+		t.Errorf("pause: %d %s, want 204", w.Code, w.Body)
+	}
+	if w := post(e.key, "/sandboxes/"+e.sandbox+"/pause", ""); w.Code != 409 {
+		t.Errorf("pause of a paused sandbox: %d %s, want 409", w.Code, w.Body)
+	}
+	if w := get(e.key, "/sandboxes/"+e.sandbox); !bytes.Contains(w.Body.Bytes(), []byte(`"state":"paused"`)) {
+		t.Errorf("paused sandbox: %d %s", w.Code, w.Body)
+	}
+	if w := post(e.key, "/sandboxes/"+e.sandbox+"/connect", `{"timeout":60}`); w.Code != 201 {
+		t.Errorf("connect (resume): %d %s, want 201", w.Code, w.Body)
+	}
+	if w := get(e.key, "/sandboxes/"+e.sandbox); !bytes.Contains(w.Body.Bytes(), []byte(`"state":"running"`)) {
+		t.Errorf("resumed sandbox: %d %s", w.Code, w.Body)
 	}
 	kill := func(key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("DELETE", "/sandboxes/"+e.sandbox, nil)

@@ -7,11 +7,11 @@
 // plane API (sandboxes, authorised by X-API-KEY, a SPACE key); every other
 // request passes to the /v1 handler untouched.
 //
-// Sandbox reads (get, list, envd health), kill and the wait for an
-// operation call the domain, sandbox.Service, directly, as the principal
-// /v1's authenticator makes of the caller's key or envd token, and log
-// each call (tenant, key, result). Calls that take a body /v1 validates
-// (create, timeout, pause, resume) or reach a guest (files, processes) are
+// Sandbox reads (get, list, envd health), pause, resume, kill and the
+// waits for their operations call the domain, sandbox.Service, directly,
+// as the principal /v1's authenticator makes of the caller's key or envd
+// token, and log each call (tenant, key, result). Calls whose body /v1
+// validates (create, timeout) or that reach a guest (files, processes) are
 // still translated into /v1 requests made in-process on the /v1 handler,
 // so validation, tenant scoping, quotas, operations and audit are exactly
 // those of /v1. The package owns the

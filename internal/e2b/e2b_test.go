@@ -90,6 +90,14 @@ func (d *fakeDomain) SubmitDelete(ctx context.Context, tenant, id string) (*stor
 	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
 }
 
+func (d *fakeDomain) Suspend(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
+func (d *fakeDomain) Wake(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
 func (d *fakeDomain) WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error) {
 	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
 }

@@ -19,6 +19,8 @@ type Sandboxes interface {
 	ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error)
 	WorkerOf(sb *store.Sandbox) string
 	SubmitDelete(ctx context.Context, tenant, id string) (*store.Operation, error)
+	Suspend(ctx context.Context, sb *store.Sandbox) (*store.Operation, error)
+	Wake(ctx context.Context, sb *store.Sandbox) (*store.Operation, error)
 	WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error)
 }
 
@@ -95,6 +97,33 @@ func (h *Handler) kill(ctx context.Context, who caller, id string) (apiv1.Operat
 		return apiv1.Operation{}, err
 	}
 	return apiv1.Operation{ID: op.ID, Target: op.Target, State: string(op.State)}, nil
+}
+
+// transition submits the suspend ("pause") or wake ("resume") of the
+// caller's sandbox id.
+func (h *Handler) transition(ctx context.Context, who caller, id, what string) (apiv1.Operation, error) {
+	start := time.Now()
+	p, err := h.principal(ctx, who)
+	if err != nil {
+		return apiv1.Operation{}, err
+	}
+	sb, err := h.sandboxes.GetSandbox(ctx, p.TenantID, id)
+	if err == nil {
+		submit := h.sandboxes.Wake
+		if what == "pause" {
+			submit = h.sandboxes.Suspend
+		}
+		var op *store.Operation
+		if op, err = submit(ctx, sb); err == nil {
+			h.audit(ctx, what+" sandbox", p, id, start, nil)
+			return apiv1.Operation{ID: op.ID, Target: op.Target, State: string(op.State)}, nil
+		}
+	}
+	h.audit(ctx, what+" sandbox", p, id, start, err)
+	if errdefs.ClassOf(err) == errdefs.ErrNotFound {
+		return apiv1.Operation{}, errorf(http.StatusNotFound, "sandbox %q not found", id)
+	}
+	return apiv1.Operation{}, err
 }
 
 // waitOp waits for an operation to end, within cfg.OpWait. A failed

@@ -305,12 +305,12 @@ func (h *Handler) pauseSandbox(w http.ResponseWriter, r *http.Request, who calle
 		writeRESTError(w, http.StatusConflict, "sandbox %q is already paused", id)
 		return
 	}
-	var out apiv1.OperationResponse
-	if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/suspend", nil, struct{}{}, &out); err != nil {
+	op, err := h.transition(r.Context(), who, id, "pause")
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	if err := h.waitOp(r.Context(), who, out.Operation, "pause"); err != nil {
+	if err := h.waitOp(r.Context(), who, op, "pause"); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
@@ -355,12 +355,12 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request, who cal
 	}
 	status := http.StatusOK
 	if sb.State != apiv1.SandboxRunning {
-		var out apiv1.OperationResponse
-		if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/wake", nil, struct{}{}, &out); err != nil {
+		op, err := h.transition(r.Context(), who, id, "resume")
+		if err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
-		if err := h.waitOp(r.Context(), who, out.Operation, "resume"); err != nil {
+		if err := h.waitOp(r.Context(), who, op, "resume"); err != nil {
 			h.writeErr(w, r, err)
 			return
 		}

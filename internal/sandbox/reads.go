@@ -42,6 +42,18 @@ func (s *Service) ListOperations(ctx context.Context, tenant, target string, pr 
 	return s.store.ListOperations(ctx, store.OperationFilter{TenantID: tenant, Target: target, PageRequest: pr})
 }
 
+// Suspend submits the suspend of sb (conflict, with details.state, when
+// sb is in none of the states a suspend starts from).
+func (s *Service) Suspend(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+	return s.SubmitOn(ctx, sb, store.OpSuspend, RuleOf(Suspend).From, nil)
+}
+
+// Wake submits the wake of sb (conflict, with details.state, when sb is
+// in none of the states a wake starts from).
+func (s *Service) Wake(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+	return s.SubmitOn(ctx, sb, store.OpWake, RuleOf(Wake).From, nil)
+}
+
 // WaitOperation is tenant's operation id once it has ended, or as it
 // stands when wait has passed.
 func (s *Service) WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error) {
