@@ -21,7 +21,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) error {
 		return invalid(map[string]string{"name": "1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit"})
 	}
 	t := &store.Tenant{ID: store.NewID(store.PrefixTenant), Name: req.Name, Quota: s.cfg.DefaultQuota, CreatedAt: time.Now().UTC()}
-	if err := s.store.CreateTenant(r.Context(), t); err != nil {
+	if err := s.auth.CreateTenant(r.Context(), t); err != nil {
 		if errdefs.ClassOf(err) == errdefs.ErrConflict {
 			err = errdefs.New(errdefs.ErrConflict, "tenant %q exists", req.Name).WithCause(err)
 		}
@@ -38,7 +38,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name := r.PathValue("name")
-	t, err := s.store.GetTenantByName(r.Context(), name)
+	t, err := s.auth.TenantByName(r.Context(), name)
 	if err != nil {
 		return notFoundAs(err, "tenant", name)
 	}
@@ -59,7 +59,7 @@ func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) error {
 	if !validID(id, store.PrefixAPIKey) {
 		return errdefs.New(errdefs.ErrNotFound, "key %q not found", id)
 	}
-	if err := s.store.RevokeAPIKey(r.Context(), id); err != nil {
+	if err := s.auth.RevokeKey(r.Context(), id); err != nil {
 		return notFoundAs(err, "key", id)
 	}
 	s.log(r).Info("api key revoked", "key", id)

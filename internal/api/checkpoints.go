@@ -22,7 +22,7 @@ func (s *Server) checkpoint(ctx context.Context, id string) (*store.Checkpoint, 
 	if !validID(id, store.PrefixCheckpoint) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "checkpoint %q not found", id)
 	}
-	ck, err := s.store.GetCheckpoint(ctx, principal(ctx).TenantID, id)
+	ck, err := s.svc.GetCheckpoint(ctx, principal(ctx).TenantID, id)
 	if err != nil {
 		return nil, notFoundAs(err, "checkpoint", id)
 	}
@@ -72,7 +72,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.store.ListCheckpoints(r.Context(), store.CheckpointFilter{TenantID: sb.TenantID, SandboxID: sb.ID, PageRequest: pr})
+	page, err := s.svc.ListCheckpoints(r.Context(), sb.TenantID, sb.ID, pr)
 	if err != nil {
 		return err
 	}
@@ -93,23 +93,16 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// deleteCheckpoint removes a checkpoint's files and record at once (204).
-// Sandboxes branched from or restored to it keep working: they own their
-// copies. A checkpoint still being made is 409.
+// deleteCheckpoint removes a checkpoint's files and record at once (204;
+// see sandbox.Service.DeleteCheckpoint). A checkpoint still being made is
+// 409.
 func (s *Server) deleteCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	ck, err := s.checkpoint(ctx, r.PathValue("ckpt"))
 	if err != nil {
 		return err
 	}
-	if ck.State == store.CheckpointCreating {
-		return errdefs.New(errdefs.ErrConflict, "checkpoint %s is %s", ck.ID, ck.State).
-			WithDetails(map[string]any{"state": string(ck.State)})
-	}
-	if err := s.worker.DeleteCheckpoint(ctx, ck.ID); err != nil {
-		return err
-	}
-	if err := s.store.DeleteCheckpoint(ctx, ck.TenantID, ck.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
+	if err := s.svc.DeleteCheckpoint(ctx, ck); err != nil {
 		return err
 	}
 	s.log(r).Info("checkpoint deleted", "checkpoint", ck.ID)

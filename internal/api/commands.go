@@ -58,7 +58,7 @@ func (s *Server) command(r *http.Request) (*store.Sandbox, *store.Command, error
 	if !validID(cid, store.PrefixCommand) {
 		return nil, nil, errdefs.New(errdefs.ErrNotFound, "command %q not found", cid)
 	}
-	c, err := s.store.GetCommand(r.Context(), sb.TenantID, sb.ID, cid)
+	c, err := s.svc.GetCommand(r.Context(), sb.TenantID, sb.ID, cid)
 	if err != nil {
 		return nil, nil, notFoundAs(err, "command", cid)
 	}
@@ -85,7 +85,7 @@ func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.store.ListCommands(r.Context(), store.CommandFilter{TenantID: sb.TenantID, SandboxID: sb.ID, PageRequest: pr})
+	page, err := s.svc.ListCommands(r.Context(), sb.TenantID, sb.ID, pr)
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 		case <-idle.C:
 			// A stream whose sandbox went away would otherwise wait for the
 			// link forever.
-			if cur, err := s.store.GetSandbox(ctx, sb.TenantID, sb.ID); err == nil && cur.State != store.SandboxRunning {
+			if cur, err := s.svc.GetSandbox(ctx, sb.TenantID, sb.ID); err == nil && cur.State != store.SandboxRunning {
 				// A delete records every command's exit before it stops
 				// the VM: until then the stream waits for that exit
 				// rather than ending with an error.
@@ -176,7 +176,7 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 // error event (a closed stream alone never says how a command ended).
 func (s *Server) endStream(r *http.Request, ew *eventWriter, sb *store.Sandbox, cid string, cause error) {
 	ctx := r.Context()
-	if c, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, cid); err == nil {
+	if c, err := s.svc.GetCommand(ctx, sb.TenantID, sb.ID, cid); err == nil {
 		if ex, ok := sandbox.DecodeExit(c); ok {
 			ew.event(exitEvent(ex, 0))
 			return
@@ -195,7 +195,7 @@ func (s *Server) endStream(r *http.Request, ew *eventWriter, sb *store.Sandbox, 
 
 // storedExit tells whether the store holds the command's exit.
 func (s *Server) storedExit(ctx context.Context, sb *store.Sandbox, cid string) bool {
-	c, err := s.store.GetCommand(ctx, sb.TenantID, sb.ID, cid)
+	c, err := s.svc.GetCommand(ctx, sb.TenantID, sb.ID, cid)
 	if err != nil {
 		return false
 	}

@@ -14,6 +14,16 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 )
 
+// idempotencyRecords is the part of the store the idempotency middleware
+// uses: the records are the edge's own (a replayed answer is HTTP), not the
+// domain's.
+type idempotencyRecords interface {
+	PutIdempotencyRecord(ctx context.Context, rec *store.IdempotencyRecord) (stored *store.IdempotencyRecord, inserted bool, err error)
+	CompleteIdempotencyRecord(ctx context.Context, tenantID, key string, status int, body []byte) error
+	DeleteIdempotencyRecord(ctx context.Context, tenantID, key string) error
+	PruneIdempotencyRecords(ctx context.Context, before time.Time) (int, error)
+}
+
 // IdempotencyTTL is how long an Idempotency-Key is remembered (documented in
 // the OpenAPI document; the pruning itself is Server.Run's).
 const IdempotencyTTL = 24 * time.Hour
@@ -72,7 +82,7 @@ func (s *Server) idempotent(next http.HandlerFunc) http.HandlerFunc {
 		tenant := principal(ctx).TenantID
 		unlock := s.idemLocks.Lock(tenant + "\x00" + key)
 		defer unlock()
-		rec, inserted, err := s.store.PutIdempotencyRecord(ctx, &store.IdempotencyRecord{
+		rec, inserted, err := s.idem.PutIdempotencyRecord(ctx, &store.IdempotencyRecord{
 			TenantID: tenant, Key: key, RequestHash: hash, CreatedAt: time.Now().UTC(),
 		})
 		if err != nil {
@@ -90,12 +100,12 @@ func (s *Server) idempotent(next http.HandlerFunc) http.HandlerFunc {
 			defer cancel()
 			status := cw.status
 			if status == 0 || status >= 500 || status == http.StatusTooManyRequests {
-				if err := s.store.DeleteIdempotencyRecord(bg, tenant, key); err != nil {
+				if err := s.idem.DeleteIdempotencyRecord(bg, tenant, key); err != nil {
 					s.log(r).Error("idempotency: drop record", "err", err)
 				}
 				return
 			}
-			if err := s.store.CompleteIdempotencyRecord(bg, tenant, key, status, cw.body.Bytes()); err != nil {
+			if err := s.idem.CompleteIdempotencyRecord(bg, tenant, key, status, cw.body.Bytes()); err != nil {
 				s.log(r).Error("idempotency: store answer", "err", err)
 			}
 		}()

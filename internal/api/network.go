@@ -105,7 +105,7 @@ func (s *Server) networkLog(w http.ResponseWriter, r *http.Request) error {
 	if err := networkRule.Check(sb); err != nil {
 		return err
 	}
-	recs, err := s.worker.NetworkLog(r.Context(), sb.ID)
+	recs, err := s.svc.NetworkLog(r.Context(), sb.ID)
 	if err != nil {
 		return err
 	}

@@ -51,9 +51,7 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.store.ListOperations(r.Context(), store.OperationFilter{
-		TenantID: principal(r.Context()).TenantID, Target: r.URL.Query().Get("target"), PageRequest: pr,
-	})
+	page, err := s.svc.ListOperations(r.Context(), principal(r.Context()).TenantID, r.URL.Query().Get("target"), pr)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,10 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -46,7 +44,7 @@ func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
 	f := map[string]string{}
 	if req.Template == "" {
 		f["template"] = "required"
-	} else if _, _, err := template.ParseRef(req.Template); err != nil {
+	} else if _, err := template.Parse(req.Template); err != nil {
 		f["template"] = "must be a template name (^[a-z0-9][a-z0-9-]{0,62}$), optionally followed by @sha256:<64 hex digits>"
 	}
 	if req.VCPUs < 0 || req.VCPUs > s.cfg.MaxVCPUs {
@@ -82,54 +80,6 @@ func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
 	return nil
 }
 
-// resolveTemplate returns the ready template build a sandbox names: `name`
-// is the newest ready build, `name@sha256:…` exactly that build. A build
-// the caller may not see is not found.
-func (s *Server) resolveTemplate(ctx context.Context, ref string) (*store.Template, error) {
-	name, digest, _ := strings.Cut(ref, "@")
-	t, err := s.store.GetTemplateByName(ctx, name, digest)
-	if err == nil && !visible(principal(ctx), t) {
-		err = errdefs.New(errdefs.ErrNotFound, "template build of another tenant")
-	}
-	switch {
-	case err == nil:
-		if t.State != store.TemplateReady {
-			return nil, errdefs.New(errdefs.ErrFailedPrecondition, "template %q is not ready (state %s)", ref, t.State).
-				WithDetails(map[string]any{"template": ref, "state": string(t.State)})
-		}
-		return t, nil
-	case errdefs.ClassOf(err) == errdefs.ErrNotFound:
-		return nil, errdefs.New(errdefs.ErrNotFound, "template %q not found", ref).WithCause(err)
-	}
-	return nil, err
-}
-
-// applyTemplateDefaults fills what a create request leaves out from the
-// template's defaults, then from the server's. Env merges: the request's
-// variables win over the template's.
-func (s *Server) applyTemplateDefaults(sb *store.Sandbox, d template.Defaults) {
-	pick := func(v *int, vals ...int) {
-		for _, x := range vals {
-			if *v == 0 {
-				*v = x
-			}
-		}
-	}
-	pick(&sb.VCPUs, d.Vcpus, s.cfg.DefaultVCPUs)
-	pick(&sb.MemoryMiB, d.MemoryMiB, s.cfg.DefaultMemoryMiB)
-	pick(&sb.DiskMiB, d.DiskMiB)
-	if len(d.Env) > 0 {
-		env := make(map[string]string, len(d.Env)+len(sb.Env))
-		for k, v := range d.Env {
-			env[k] = v
-		}
-		for k, v := range sb.Env {
-			env[k] = v
-		}
-		sb.Env = env
-	}
-}
-
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.CreateSandboxRequest
 	if err := decodeJSON(r, &req, false); err != nil {
@@ -141,35 +91,25 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := s.validateCreate(&req); err != nil {
 		return err
 	}
+	ref, _ := template.Parse(req.Template) // validateCreate checked it
+	in := createRequest(&req)
+	in.Template = ref
+	in.Size = sandbox.Size{VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, DiskMiB: req.DiskMiB}
 	ctx := r.Context()
-	tpl, err := s.resolveTemplate(ctx, req.Template)
-	if err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	sb := &store.Sandbox{
-		ID: store.NewID(store.PrefixSandbox), TenantID: principal(ctx).TenantID,
-		Template: tpl.Name, TemplateDigest: tpl.Digest, State: store.SandboxCreating,
-		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, DiskMiB: req.DiskMiB,
-		Env: req.Env, Metadata: req.Metadata, Worker: s.cfg.WorkerID, Network: req.Network,
-		TimeoutSeconds: req.TimeoutSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
-		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
-	}
-	s.applyTemplateDefaults(sb, sandbox.TemplateDefaults(tpl))
-	if sb.Metadata == nil {
-		sb.Metadata = map[string]string{}
-	}
-	if req.TimeoutSeconds > 0 {
-		exp := now.Add(time.Duration(req.TimeoutSeconds) * time.Second)
-		sb.ExpiresAt = &exp
-	}
-	op, err := s.svc.Create(ctx, sb)
+	sb, op, err := s.svc.CreateSandbox(ctx, principal(ctx), in)
 	if err != nil {
 		return err
 	}
 	s.log(r).Info("sandbox create submitted", "sandbox", sb.ID, "op", op.ID, "template", req.Template)
 	writeJSON(w, http.StatusAccepted, apiv1.SandboxAndOperation{Sandbox: s.sandboxView(sb), Operation: toOperation(op)})
 	return nil
+}
+
+// createRequest is the domain's form of a validated create request, but
+// for its template and sizes, which differ between a create and a branch.
+func createRequest(req *apiv1.CreateSandboxRequest) sandbox.CreateRequest {
+	return sandbox.CreateRequest{Env: req.Env, Metadata: req.Metadata, Network: req.Network,
+		TimeoutSeconds: req.TimeoutSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds}
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
@@ -208,7 +148,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		// Deleted sandboxes are listed only when asked for by state.
 		f.ExcludeStates = sandbox.Gone()
 	}
-	page, err := s.store.ListSandboxes(r.Context(), f)
+	page, err := s.svc.ListSandboxes(r.Context(), f)
 	if err != nil {
 		return err
 	}
@@ -226,7 +166,7 @@ func (s *Server) sandbox(r *http.Request) (*store.Sandbox, error) {
 	if !validID(id, store.PrefixSandbox) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %q not found", id)
 	}
-	sb, err := s.store.GetSandbox(r.Context(), principal(r.Context()).TenantID, id)
+	sb, err := s.svc.GetSandbox(r.Context(), principal(r.Context()).TenantID, id)
 	if err != nil {
 		return nil, notFoundAs(err, "sandbox", id)
 	}

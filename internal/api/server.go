@@ -46,9 +46,10 @@ type Config struct {
 	// Heartbeat is the idle interval after which event streams send a
 	// heartbeat (default 15s).
 	Heartbeat time.Duration
-	// Sandbox defaults when neither the request nor the template says.
-	DefaultVCPUs     int // default 1
-	DefaultMemoryMiB int // default 256
+	// Sandbox defaults when neither the request nor the template says
+	// (sandbox.Config, which owns them: 1 vCPU, 256 MiB).
+	DefaultVCPUs     int
+	DefaultMemoryMiB int
 	// Limits of one sandbox.
 	MaxVCPUs     int // default 8
 	MaxMemoryMiB int // default 16384
@@ -87,8 +88,6 @@ func (c *Config) setDefaults() {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 15 * time.Second
 	}
-	def(&c.DefaultVCPUs, 1)
-	def(&c.DefaultMemoryMiB, 256)
 	def(&c.MaxVCPUs, 8)
 	def(&c.MaxMemoryMiB, 16384)
 	def(&c.MaxDiskMiB, 256*1024)
@@ -131,16 +130,18 @@ type Deps struct {
 type Server struct {
 	cfg      Config
 	features map[string]bool
-	store    store.Store
-	ops      *operation.Engine
-	auth     *auth.Authenticator
-	worker   worker.Worker
-	ready    func(ctx context.Context) error
-	secrets  *secrets.Service
-	logger   *slog.Logger
-	metrics  *Metrics
-	handler  http.Handler
-	routes   []route
+	// idem keeps the idempotency records: the one persistence the edge
+	// owns. Everything else of the store and the worker is the domain's,
+	// reached through svc (internal/convention's TestEdgesCallTheService).
+	idem    idempotencyRecords
+	ops     *operation.Engine
+	auth    *auth.Authenticator
+	ready   func(ctx context.Context) error
+	secrets *secrets.Service
+	logger  *slog.Logger
+	metrics *Metrics
+	handler http.Handler
+	routes  []route
 	// svc is the control-plane domain the handlers call.
 	svc *sandbox.Service
 
@@ -171,16 +172,16 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, features: features,
-		store: deps.Store, ops: deps.Ops, auth: deps.Auth, worker: deps.Worker, secrets: deps.Secrets,
+		idem: deps.Store, ops: deps.Ops, auth: deps.Auth, secrets: deps.Secrets,
 		logger: deps.Logger, metrics: deps.Metrics, ready: deps.Ready,
 	}
-	if s.ready == nil {
-		s.ready = deps.Worker.Ready
-	}
-	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB},
+	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, WorkerID: cfg.WorkerID},
 		sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID, Templates: deps.Templates})
 	if err != nil {
 		return nil, err
+	}
+	if s.ready == nil {
+		s.ready = s.svc.WorkerReady
 	}
 	for typ, h := range s.svc.Handlers() {
 		s.ops.Register(typ, s.recorded(h))
@@ -193,6 +194,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.handler = s.base(mux)
 	return s, nil
 }
+
+// Service is the control-plane domain the API calls: the other edges (the
+// E2B-compatible API) call the same one.
+func (s *Server) Service() *sandbox.Service { return s.svc }
+
+// Authenticator checks the API's keys: the other edges check theirs with
+// it too.
+func (s *Server) Authenticator() *auth.Authenticator { return s.auth }
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
@@ -313,7 +322,7 @@ func (s *Server) refreshSandboxGauge(ctx context.Context) {
 	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.Gone()}
 	f.PageSize = store.MaxPageSize
 	for {
-		page, err := s.store.ListSandboxes(ctx, f)
+		page, err := s.svc.ListSandboxes(ctx, f)
 		if err != nil {
 			s.logger.Warn("metrics: list sandboxes", "err", err)
 			return
@@ -372,7 +381,7 @@ func (s *Server) pruneIdempotency(ctx context.Context) {
 	tick := time.NewTicker(time.Hour)
 	defer tick.Stop()
 	for now := time.Now(); ; {
-		if n, err := s.store.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
+		if n, err := s.idem.PruneIdempotencyRecords(ctx, now.Add(-IdempotencyTTL)); err != nil {
 			if ctx.Err() != nil {
 				return
 			}

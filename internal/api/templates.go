@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"path"
@@ -9,6 +8,7 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 )
@@ -37,34 +37,6 @@ func toTemplate(t *store.Template) apiv1.Template {
 		out.Scope = "global"
 	}
 	return out
-}
-
-// owner is the tenant id a principal's builds belong to ("" for global).
-func owner(p auth.Principal) string {
-	if p.Admin {
-		return ""
-	}
-	return p.TenantID
-}
-
-// visible reports whether p may see and use template build t.
-func visible(p auth.Principal, t *store.Template) bool {
-	return p.Admin || t.TenantID == "" || t.TenantID == p.TenantID
-}
-
-// templateBuilds returns every build of name that p sees, oldest first.
-func (s *Server) templateBuilds(ctx context.Context, p auth.Principal, name string) ([]*store.Template, error) {
-	all, err := s.store.ListTemplates(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*store.Template
-	for _, t := range all {
-		if t.Name == name && visible(p, t) {
-			out = append(out, t)
-		}
-	}
-	return out, nil
 }
 
 func (s *Server) validateBuild(p auth.Principal, req *apiv1.CreateTemplateRequest) error {
@@ -167,7 +139,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.validateBuild(p, &req); err != nil {
 		return err
 	}
-	t, op, err := s.svc.SubmitBuild(ctx, p.TenantID, owner(p), p.Admin, buildRequest(&req))
+	t, op, err := s.svc.SubmitBuild(ctx, p.TenantID, sandbox.Owner(p), p.Admin, buildRequest(&req))
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,12 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
-	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
@@ -17,16 +15,9 @@ import (
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	p := principal(ctx)
-	ts, err := s.store.ListTemplates(ctx)
+	seen, err := s.svc.Templates(ctx, principal(ctx))
 	if err != nil {
 		return err
-	}
-	var seen []*store.Template
-	for _, t := range ts {
-		if visible(p, t) {
-			seen = append(seen, t)
-		}
 	}
 	// Ordered by name, then oldest build first; the key sorts the same way.
 	sort.SliceStable(seen, func(i, j int) bool { return templateKey(seen[i]) < templateKey(seen[j]) })
@@ -48,39 +39,38 @@ func templateKey(t *store.Template) string {
 }
 
 // templateRef reads the {name} path value: "name" or "name@sha256:…".
-func templateRef(r *http.Request) (name, digest string, err error) {
-	ref := r.PathValue("name")
-	name, digest, err = template.ParseRef(ref)
+func templateRef(r *http.Request) (template.Ref, error) {
+	ref, err := template.Parse(r.PathValue("name"))
 	if err != nil {
-		return "", "", invalid(map[string]string{"name": "must be a template name, optionally followed by @sha256:<64 hex digits>"})
+		return template.Ref{}, invalid(map[string]string{"name": "must be a template name, optionally followed by @sha256:<64 hex digits>"})
 	}
-	return name, digest, nil
+	return ref, nil
 }
 
 // getTemplate answers the newest ready build of a name (or, while none is
 // ready, its newest build in any state), or exactly the pinned build.
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
-	name, digest, err := templateRef(r)
+	ref, err := templateRef(r)
 	if err != nil {
 		return err
 	}
 	ctx := r.Context()
-	builds, err := s.templateBuilds(ctx, principal(ctx), name)
+	builds, err := s.svc.TemplateBuilds(ctx, principal(ctx), ref.Name)
 	if err != nil {
 		return err
 	}
 	var pick *store.Template
 	for _, t := range builds { // oldest first: the last match is the newest
 		switch {
-		case digest != "":
-			if t.Digest == digest {
+		case ref.Pinned():
+			if t.Digest == ref.Digest {
 				pick = t
 			}
 		case t.State == store.TemplateReady:
 			pick = t
 		}
 	}
-	if pick == nil && digest == "" && len(builds) > 0 {
+	if pick == nil && !ref.Pinned() && len(builds) > 0 {
 		pick = builds[len(builds)-1]
 	}
 	if pick == nil {
@@ -90,108 +80,22 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// templateUse counts what uses a template (all its builds, or one).
-type templateUse struct {
-	Sandboxes   int  `json:"sandboxes"`
-	Checkpoints int  `json:"checkpoints"`
-	others      bool // some user belongs to another tenant than the caller
-}
-
-func (s *Server) templateUsers(ctx context.Context, p auth.Principal, name, digest string) (templateUse, error) {
-	var u templateUse
-	uses := func(tpl, dig string) bool { return tpl == name && (digest == "" || dig == digest) }
-	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.WithoutVM()}
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListSandboxes(ctx, f)
-		if err != nil {
-			return u, err
-		}
-		for _, sb := range page.Items {
-			if uses(sb.Template, sb.TemplateDigest) {
-				u.Sandboxes++
-				u.others = u.others || sb.TenantID != p.TenantID
-			}
-		}
-		if page.NextPageToken == "" {
-			break
-		}
-		f.PageToken = page.NextPageToken
-	}
-	cf := store.CheckpointFilter{TenantID: store.AnyTenant}
-	cf.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListCheckpoints(ctx, cf)
-		if err != nil {
-			return u, err
-		}
-		for _, c := range page.Items {
-			if c.State != store.CheckpointFailed && uses(c.Template, c.TemplateDigest) {
-				u.Checkpoints++
-				u.others = u.others || c.TenantID != p.TenantID
-			}
-		}
-		if page.NextPageToken == "" {
-			break
-		}
-		cf.PageToken = page.NextPageToken
-	}
-	return u, nil
-}
-
-// deleteTemplate removes every build of a name, or one pinned build: 409
-// while a live sandbox or a checkpoint uses it, unless force=true (which a
-// tenant may use only over its own sandboxes and checkpoints).
+// deleteTemplate removes every build of a name, or one pinned build (204;
+// sandbox.Service.DeleteTemplate decides: 409 while a live sandbox or a
+// checkpoint uses it, unless force=true, which a tenant may use only over
+// its own sandboxes and checkpoints).
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
-	name, digest, err := templateRef(r)
+	ref, err := templateRef(r)
 	if err != nil {
 		return err
 	}
 	force := r.URL.Query().Get("force") == "true"
 	ctx := r.Context()
-	p := principal(ctx)
-	ref := r.PathValue("name")
-	builds, err := s.templateBuilds(ctx, p, name)
+	use, doomed, err := s.svc.DeleteTemplate(ctx, principal(ctx), ref, force)
 	if err != nil {
 		return err
 	}
-	var doomed []*store.Template
-	for _, t := range builds {
-		if digest == "" || t.Digest == digest {
-			doomed = append(doomed, t)
-		}
-	}
-	if len(doomed) == 0 {
-		return errdefs.New(errdefs.ErrNotFound, "template %q not found", ref)
-	}
-	if name == template.BaseName {
-		return errdefs.New(errdefs.ErrPermissionDenied, "the built-in template %q cannot be deleted", name)
-	}
-	for _, t := range doomed {
-		if t.TenantID != owner(p) && !p.Admin {
-			return errdefs.New(errdefs.ErrPermissionDenied, "template %q is global: only an admin may delete it", name)
-		}
-		if t.State == store.TemplateBuilding {
-			return errdefs.New(errdefs.ErrConflict, "a build of template %q is running: cancel its operation first", name).
-				WithDetails(map[string]any{"state": string(t.State)})
-		}
-	}
-	use, err := s.templateUsers(ctx, p, name, digest)
-	if err != nil {
-		return err
-	}
-	if use.Sandboxes+use.Checkpoints > 0 && (!force || (use.others && !p.Admin)) {
-		msg := "template %q is in use by %d live sandboxes and %d checkpoints: delete them first, or pass force=true"
-		if force {
-			msg = "template %q is in use by %d live sandboxes and %d checkpoints, some of another tenant: force cannot delete it"
-		}
-		return errdefs.New(errdefs.ErrConflict, msg, ref, use.Sandboxes, use.Checkpoints).
-			WithDetails(map[string]any{"sandboxes": use.Sandboxes, "checkpoints": use.Checkpoints})
-	}
-	if err := s.svc.DeleteTemplate(ctx, ref, doomed); err != nil {
-		return err
-	}
-	s.log(r).Info("template deleted", "template", ref, "builds", len(doomed), "force", force,
+	s.log(r).Info("template deleted", "template", ref.String(), "builds", len(doomed), "force", force,
 		"sandboxes", use.Sandboxes, "checkpoints", use.Checkpoints)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -209,7 +113,7 @@ func (s *Server) templateBuildLog(w http.ResponseWriter, r *http.Request) error 
 	if !validID(id, store.PrefixOperation) {
 		return notFound
 	}
-	op, err := s.store.GetOperation(r.Context(), principal(r.Context()).TenantID, id)
+	op, err := s.svc.GetOperation(r.Context(), principal(r.Context()).TenantID, id)
 	if err != nil {
 		return notFoundAs(err, "operation", id)
 	}

@@ -15,12 +15,7 @@ import (
 // fleet: absent while suspended or not placed.
 func (s *Server) sandboxView(sb *store.Sandbox) apiv1.Sandbox {
 	out := toSandbox(sb)
-	if f, ok := s.worker.(worker.Fleet); ok {
-		out.Worker = ""
-		if sb.State.Live() && sb.State != store.SandboxSuspended {
-			out.Worker = f.HostOf(sb.ID)
-		}
-	}
+	out.Worker = s.svc.WorkerOf(sb)
 	return out
 }
 
@@ -29,8 +24,7 @@ func (s *Server) sandboxView(sb *store.Sandbox) apiv1.Sandbox {
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if f, ok := s.worker.(worker.Fleet); ok {
-		hosts, err := f.Hosts(ctx)
+	if hosts, fleet, err := s.svc.Hosts(ctx); fleet {
 		if err != nil {
 			return err
 		}
@@ -48,19 +42,13 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	wk := apiv1.Worker{Name: s.cfg.WorkerID, State: apiv1.WorkerReady}
-	if err := s.worker.Ready(ctx); err != nil {
+	if err := s.svc.WorkerReady(ctx); err != nil {
 		wk.State = apiv1.WorkerNotReady
 		_, info := errorInfo(err)
 		wk.Error = info.Message // admins only; still no host paths unless Public
 	}
-	if vms, err := s.worker.Sandboxes(ctx); err == nil {
-		for _, vm := range vms {
-			if vm.State == worker.VMRunning || vm.State == worker.VMPaused {
-				wk.Allocated.VCPUs += vm.Spec.VCPUs
-				wk.Allocated.MemoryMiB += vm.Spec.MemoryMiB
-				wk.Allocated.Sandboxes++
-			}
-		}
+	if a, err := s.svc.Allocated(ctx); err == nil {
+		wk.Allocated = resourcesOf(a)
 	}
 	writeJSON(w, http.StatusOK, apiv1.WorkerList{Workers: []apiv1.Worker{wk}})
 	return nil

@@ -1,4 +1,5 @@
-// Package auth owns API keys: it makes them, hashes them, turns a bearer
+// Package auth owns tenants and their API keys: it makes tenants and keys
+// (the admin API's), hashes keys, turns a bearer
 // token into a Principal, and bootstraps the single-node admin key into
 // <data-dir>/admin.key. It never logs or returns a secret except the one time
 // a key is made.
@@ -184,4 +185,19 @@ func WithPrincipal(ctx context.Context, p Principal) context.Context {
 func FromContext(ctx context.Context) (Principal, bool) {
 	p, ok := ctx.Value(principalKey{}).(Principal)
 	return p, ok
+}
+
+// CreateTenant stores a new tenant (conflict when its name is taken).
+func (a *Authenticator) CreateTenant(ctx context.Context, t *store.Tenant) error {
+	return a.store.CreateTenant(ctx, t)
+}
+
+// TenantByName is the tenant named name.
+func (a *Authenticator) TenantByName(ctx context.Context, name string) (*store.Tenant, error) {
+	return a.store.GetTenantByName(ctx, name)
+}
+
+// RevokeKey revokes API key id: it authenticates nothing from then on.
+func (a *Authenticator) RevokeKey(ctx context.Context, id string) error {
+	return a.store.RevokeAPIKey(ctx, id)
 }

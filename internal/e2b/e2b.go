@@ -7,14 +7,21 @@
 // plane API (sandboxes, authorised by X-API-KEY, a SPACE key); every other
 // request passes to the /v1 handler untouched.
 //
-// Every call is translated into /v1 requests made in-process on the /v1
-// handler, so tenant scoping, quotas, operations, idempotency and audit are
-// exactly those of /v1. The package owns the translation, the Connect
-// framing and the envd tokens' issue and check; it owns no sandbox state
-// and never reaches a worker or guest directly.
+// Sandbox reads (get, list, envd health), pause, resume, kill and the
+// waits for their operations call the domain, sandbox.Service, directly,
+// as the principal /v1's authenticator makes of the caller's key or envd
+// token, and log each call (tenant, key, result). Calls whose body /v1
+// validates (create, timeout) or that reach a guest (files, processes) are
+// still translated into /v1 requests made in-process on the /v1 handler,
+// so validation, tenant scoping, quotas, operations and audit are exactly
+// those of /v1. The package owns the
+// translation, the Connect framing and the envd tokens' issue and check;
+// it owns no sandbox state and never calls the store's sandboxes or a
+// worker (internal/convention's TestEdgesCallTheService).
 package e2b
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -58,23 +65,33 @@ type Config struct {
 
 // Handler serves the E2B API and passes everything else to the /v1 handler.
 type Handler struct {
-	cfg   Config
-	v1    http.Handler
-	store store.Store
-	log   *slog.Logger
-	rest  *http.ServeMux
+	cfg       Config
+	v1        http.Handler
+	sandboxes Sandboxes
+	auth      Authenticator
+	tokens    EnvdTokens
+	log       *slog.Logger
+	rest      *http.ServeMux
 }
 
-// New returns a Handler in front of v1 (SPACE's API handler). st holds the
-// envd tokens.
-func New(cfg Config, v1 http.Handler, st store.Store, log *slog.Logger) *Handler {
+// EnvdTokens keeps the sandboxes' envd access tokens, by hash: the one
+// record this package owns (a store.Store).
+type EnvdTokens interface {
+	CreateEnvdToken(ctx context.Context, t *store.EnvdToken) error
+	GetEnvdToken(ctx context.Context, sandboxID, hash string) (*store.EnvdToken, error)
+}
+
+// New returns a Handler in front of v1 (SPACE's API handler). sandboxes
+// is the domain (sandbox.Service), au checks SPACE keys as /v1 does,
+// tokens holds the envd tokens.
+func New(cfg Config, v1 http.Handler, sandboxes Sandboxes, au Authenticator, tokens EnvdTokens, log *slog.Logger) *Handler {
 	if cfg.OpWait <= 0 {
 		cfg.OpWait = 10 * time.Minute
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, v1: v1, store: st, log: log}
+	h := &Handler{cfg: cfg, v1: v1, sandboxes: sandboxes, auth: au, tokens: tokens, log: log}
 	h.rest = h.restMux()
 	return h
 }

@@ -9,10 +9,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
@@ -34,19 +37,15 @@ func TestIsREST(t *testing.T) {
 }
 
 // fakeV1 stands for SPACE's /v1 handler: it records what reached it and
-// answers a file read with the principal's tenant in the body.
+// answers a file read with the principal's tenant in the body. Sandbox
+// reads do not reach it: they ask the domain (fakeDomain).
 type fakeV1 struct {
 	paths []string
-	query url.Values // of the last GET /v1/sandboxes
 }
 
 func (f *fakeV1) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.paths = append(f.paths, r.Method+" "+r.URL.Path)
 	switch {
-	case r.URL.Path == "/v1/sandboxes" && r.Method == "GET":
-		f.query = r.URL.Query()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"sandboxes":[{"id":"sbx_a","template":"base","state":"suspended","vcpus":1,"memory_mib":256,"disk_mib":1024,"metadata":{"a":"1"},"created_at":"2026-01-02T03:04:05Z"}],"next_page_token":"tok2"}`)
 	case r.URL.Path == "/v1/sandboxes/sbx_a/files" && r.Method == "GET":
 		p, ok := auth.FromContext(r.Context())
 		if !ok {
@@ -63,7 +62,62 @@ func (f *fakeV1) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// fakeDomain stands for sandbox.Service: sandbox sbx_a of tenant ten_a,
+// suspended. It records the filter of the last listing.
+type fakeDomain struct{ filter store.SandboxFilter }
+
+var sandboxA = store.Sandbox{ID: "sbx_a", TenantID: "ten_a", Template: "base", State: store.SandboxSuspended,
+	VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024, Metadata: map[string]string{"a": "1"},
+	CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+
+func (d *fakeDomain) GetSandbox(ctx context.Context, tenant, id string) (*store.Sandbox, error) {
+	if id != sandboxA.ID || (tenant != sandboxA.TenantID && tenant != store.AnyTenant) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "sandbox %q not found", id)
+	}
+	sb := sandboxA
+	return &sb, nil
+}
+
+func (d *fakeDomain) ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error) {
+	d.filter = f
+	sb := sandboxA
+	return store.Page[*store.Sandbox]{Items: []*store.Sandbox{&sb}, NextPageToken: "tok2"}, nil
+}
+
+func (d *fakeDomain) WorkerOf(sb *store.Sandbox) string { return sb.Worker }
+
+func (d *fakeDomain) SubmitDelete(ctx context.Context, tenant, id string) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
+func (d *fakeDomain) Suspend(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
+func (d *fakeDomain) Wake(ctx context.Context, sb *store.Sandbox) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
+func (d *fakeDomain) WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "not in this fake")
+}
+
+// fakeAuth knows one key, space_k, of tenant ten_a.
+type fakeAuth struct{}
+
+func (fakeAuth) Authenticate(ctx context.Context, token string) (auth.Principal, error) {
+	if token != "space_k" {
+		return auth.Principal{}, errdefs.New(errdefs.ErrUnauthenticated, "missing or invalid API key")
+	}
+	return auth.Principal{TenantID: "ten_a", KeyID: "key_k"}, nil
+}
+
 func newTestHandler(t *testing.T) (*Handler, *fakeV1, string) {
+	h, v1, _, tok := newTestHandlerDomain(t)
+	return h, v1, tok
+}
+
+func newTestHandlerDomain(t *testing.T) (*Handler, *fakeV1, *fakeDomain, string) {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
@@ -75,7 +129,8 @@ func newTestHandler(t *testing.T) (*Handler, *fakeV1, string) {
 		t.Fatal(err)
 	}
 	v1 := &fakeV1{}
-	return New(Config{}, v1, st, nil), v1, tok
+	d := &fakeDomain{}
+	return New(Config{}, v1, d, fakeAuth{}, st, nil), v1, d, tok
 }
 
 func TestRouting(t *testing.T) {
@@ -92,7 +147,9 @@ func TestRouting(t *testing.T) {
 		{"healthz passes through", "GET", "/healthz", nil, 299, ""},
 		{"rest health", "GET", "/health", nil, 200, `"ok"`},
 		{"rest without key", "GET", "/sandboxes/sbx_a", nil, 401, `"code":401`},
-		{"rest unknown sandbox", "GET", "/sandboxes/sbx_x", map[string]string{"X-API-KEY": "space_k"}, 404, `{"code":404,"message":"sandbox not found"}`},
+		{"rest unknown sandbox", "GET", "/sandboxes/sbx_x", map[string]string{"X-API-KEY": "space_k"}, 404, `{"code":404,"message":"sandbox \"sbx_x\" not found"}`},
+		{"rest bad key", "GET", "/sandboxes/sbx_a", map[string]string{"X-API-KEY": "space_nope"}, 401, `{"code":401,"message":"missing or invalid API key"}`},
+		{"rest sandbox", "GET", "/sandboxes/sbx_a", map[string]string{"X-API-KEY": "space_k"}, 200, `"state":"paused"`},
 		{"rest unsupported", "GET", "/sandboxes/sbx_a/metrics", map[string]string{"X-API-KEY": "space_k"}, 501, `"code":501`},
 		{"envd other port", "GET", "/", map[string]string{HeaderSandboxID: "sbx_a", HeaderSandboxPort: "8080"}, 502, `"code":502`},
 		{"envd health of unknown sandbox", "GET", "/health", map[string]string{HeaderSandboxID: "sbx_a", HeaderSandboxPort: EnvdPort}, 502, ""},
@@ -168,17 +225,18 @@ func TestCreateRefusals(t *testing.T) {
 }
 
 func TestListTranslation(t *testing.T) {
-	h, v1, _ := newTestHandler(t)
+	h, _, d, _ := newTestHandlerDomain(t)
 	for _, c := range []struct {
 		path, wantState string
-		wantQuery       map[string]string
+		want            store.SandboxFilter // but for its states
 	}{
 		{"/v2/sandboxes?metadata=" + url.QueryEscape("a=1&b=2") + "&state=paused&limit=5&nextToken=t1",
 			"paused,suspending,suspended,failed",
-			map[string]string{"metadata.a": "1", "metadata.b": "2", "page_size": "5", "page_token": "t1"}},
-		{"/v2/sandboxes?state=running&state=paused", "creating,running,pausing,waking,paused,suspending,suspended,failed", nil},
-		{"/v2/sandboxes", "creating,running,pausing,waking,paused,suspending,suspended,failed", nil},
-		{"/sandboxes", "creating,running,pausing,waking", nil},
+			store.SandboxFilter{Metadata: map[string]string{"a": "1", "b": "2"}, PageRequest: store.PageRequest{PageSize: 5, PageToken: "t1"}}},
+		{"/v2/sandboxes?state=running&state=paused", "creating,running,pausing,waking,paused,suspending,suspended,failed", store.SandboxFilter{}},
+		{"/v2/sandboxes", "creating,running,pausing,waking,paused,suspending,suspended,failed", store.SandboxFilter{}},
+		{"/sandboxes", "creating,running,pausing,waking", store.SandboxFilter{}},
+		{"/sandboxes?limit=5000", "creating,running,pausing,waking", store.SandboxFilter{PageRequest: store.PageRequest{PageSize: store.MaxPageSize}}},
 	} {
 		r := httptest.NewRequest("GET", c.path, nil)
 		r.Header.Set("X-API-KEY", "space_k")
@@ -187,13 +245,16 @@ func TestListTranslation(t *testing.T) {
 		if w.Code != 200 || w.Header().Get("X-Next-Token") != "tok2" {
 			t.Fatalf("%s: %d %q %s", c.path, w.Code, w.Header().Get("X-Next-Token"), w.Body.String())
 		}
-		if got := v1.query.Get("state"); got != c.wantState {
+		var states []string
+		for _, st := range d.filter.States {
+			states = append(states, string(st))
+		}
+		if got := strings.Join(states, ","); got != c.wantState {
 			t.Errorf("%s: state %q, want %q", c.path, got, c.wantState)
 		}
-		for k, v := range c.wantQuery {
-			if v1.query.Get(k) != v {
-				t.Errorf("%s: %s = %q, want %q (query %v)", c.path, k, v1.query.Get(k), v, v1.query)
-			}
+		c.want.TenantID, c.want.States = "ten_a", d.filter.States
+		if !reflect.DeepEqual(d.filter, c.want) {
+			t.Errorf("%s: filter %+v, want %+v", c.path, d.filter, c.want)
 		}
 		var items []map[string]any
 		if err := json.Unmarshal(w.Body.Bytes(), &items); err != nil || len(items) != 1 {

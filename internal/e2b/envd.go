@@ -97,7 +97,7 @@ func (h *Handler) rpcFail(w http.ResponseWriter, r *http.Request, e *rpcError) {
 // envdHealth answers 204 while the sandbox runs and 502 otherwise, as E2B's
 // proxy does for a sandbox that is paused or gone (the SDK's isRunning).
 func (h *Handler) envdHealth(w http.ResponseWriter, r *http.Request, id string) {
-	sb, err := h.store.GetSandbox(r.Context(), store.AnyTenant, id)
+	sb, err := h.sandboxes.GetSandbox(r.Context(), store.AnyTenant, id)
 	if err != nil || sb.State != store.SandboxRunning {
 		writeRESTError(w, http.StatusBadGateway, "sandbox %q is not running", id)
 		return
@@ -113,7 +113,7 @@ func (h *Handler) authorizeEnvd(ctx context.Context, r *http.Request, id string)
 		return nil, errorf(http.StatusUnauthorized, "missing or invalid X-Access-Token")
 	}
 	hash := auth.HashKey(tok)
-	t, err := h.store.GetEnvdToken(ctx, id, hash)
+	t, err := h.tokens.GetEnvdToken(ctx, id, hash)
 	if err != nil {
 		if errdefs.ClassOf(err) == errdefs.ErrNotFound {
 			return nil, errorf(http.StatusUnauthorized, "missing or invalid X-Access-Token")

@@ -1,14 +1,11 @@
 package e2b
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
-	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 )
@@ -45,6 +42,10 @@ func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *publicError
 	if errors.As(err, &pe) {
 		writeRESTError(w, pe.status, "%s", pe.message)
+		return
+	}
+	if status, msg, ok := domainError(err); ok {
+		writeRESTError(w, status, "%s", msg)
 		return
 	}
 	h.log.ErrorContext(r.Context(), "e2b: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -98,35 +99,6 @@ func (h *Handler) withKey(fn func(w http.ResponseWriter, r *http.Request, who ca
 		}
 		fn(w, r, caller{key: key})
 	}
-}
-
-// waitOp waits for an operation to end, within cfg.OpWait. A failed
-// operation is its error with the status its code maps to.
-func (h *Handler) waitOp(ctx context.Context, who caller, op apiv1.Operation, what string) error {
-	deadline := time.Now().Add(h.cfg.OpWait)
-	for !opDone(op.State) {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return errorf(http.StatusGatewayTimeout, "%s of %s did not finish within %s; it goes on (operation %s)", what, op.Target, h.cfg.OpWait, op.ID)
-		}
-		wait := min(left, 30*time.Second)
-		q := url.Values{"wait": {fmt.Sprintf("%ds", max(1, int(wait.Seconds())))}}
-		if _, err := h.callJSON(ctx, who, "GET", "/v1/operations/"+op.ID, q, nil, &op); err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-	if op.State == apiv1.OpSucceeded {
-		return nil
-	}
-	msg := what + " failed"
-	code := "internal"
-	if op.Error != nil {
-		msg, code = what+" failed: "+op.Error.Message, op.Error.Code
-	}
-	return errorf(statusOfCode(code), "%s", msg)
 }
 
 func opDone(state string) bool {

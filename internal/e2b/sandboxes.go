@@ -111,14 +111,14 @@ func (h *Handler) newEnvdToken(ctx context.Context, sb apiv1.Sandbox, tenantID s
 		return "", err
 	}
 	tok := hex.EncodeToString(b[:])
-	err := h.store.CreateEnvdToken(ctx, &store.EnvdToken{SandboxID: sb.ID, TenantID: tenantID, Hash: auth.HashKey(tok)})
+	err := h.tokens.CreateEnvdToken(ctx, &store.EnvdToken{SandboxID: sb.ID, TenantID: tenantID, Hash: auth.HashKey(tok)})
 	return tok, err
 }
 
 // tenantOf finds the tenant of a sandbox the caller can see (it just read
 // it through /v1 with the caller's key).
 func (h *Handler) tenantOf(ctx context.Context, id string) (string, error) {
-	sb, err := h.store.GetSandbox(ctx, store.AnyTenant, id)
+	sb, err := h.sandboxes.GetSandbox(ctx, store.AnyTenant, id)
 	if err != nil {
 		return "", err
 	}
@@ -176,18 +176,6 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who call
 	})
 }
 
-// get reads a sandbox; a deleted one is 404, as E2B has no deleted state.
-func (h *Handler) get(ctx context.Context, who caller, id string) (apiv1.Sandbox, error) {
-	var sb apiv1.Sandbox
-	if _, err := h.callJSON(ctx, who, "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb); err != nil {
-		return sb, err
-	}
-	if gone(sb) {
-		return sb, errorf(http.StatusNotFound, "sandbox %q not found", id)
-	}
-	return sb, nil
-}
-
 func (h *Handler) getSandbox(w http.ResponseWriter, r *http.Request, who caller) {
 	sb, err := h.get(r.Context(), who, r.PathValue("id"))
 	if err != nil {
@@ -199,15 +187,16 @@ func (h *Handler) getSandbox(w http.ResponseWriter, r *http.Request, who caller)
 
 func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, who caller) {
 	in := r.URL.Query()
-	q := url.Values{}
+	var f store.SandboxFilter
 	if md := in.Get("metadata"); md != "" {
 		kv, err := url.ParseQuery(md)
 		if err != nil {
 			writeRESTError(w, http.StatusBadRequest, "metadata must be a URL-encoded key=value&… string")
 			return
 		}
+		f.Metadata = map[string]string{}
 		for k, v := range kv {
-			q.Set("metadata."+k, v[len(v)-1])
+			f.Metadata[k] = v[len(v)-1]
 		}
 	}
 	var states []string
@@ -232,20 +221,20 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, who call
 	default:
 		states = append(spaceStates("running"), spaceStates("paused")...)
 	}
-	q.Set("state", strings.Join(states, ","))
+	for _, st := range states {
+		f.States = append(f.States, store.SandboxState(st))
+	}
 	if l := in.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 {
 			writeRESTError(w, http.StatusBadRequest, "limit must be a positive integer")
 			return
 		}
-		q.Set("page_size", strconv.Itoa(n))
+		f.PageSize = n
 	}
-	if t := in.Get("nextToken"); t != "" {
-		q.Set("page_token", t)
-	}
-	var list apiv1.SandboxList
-	if _, err := h.callJSON(r.Context(), who, "GET", "/v1/sandboxes", q, nil, &list); err != nil {
+	f.PageToken = in.Get("nextToken")
+	list, err := h.listSandboxesOf(r.Context(), who, f)
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
@@ -265,12 +254,12 @@ func (h *Handler) killSandbox(w http.ResponseWriter, r *http.Request, who caller
 		h.writeErr(w, r, err)
 		return
 	}
-	var out apiv1.OperationResponse
-	if _, err := h.callJSON(r.Context(), who, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &out); err != nil {
+	op, err := h.kill(r.Context(), who, id)
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	if err := h.waitOp(r.Context(), who, out.Operation, "kill"); err != nil {
+	if err := h.waitOp(r.Context(), who, op, "kill"); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
@@ -316,12 +305,12 @@ func (h *Handler) pauseSandbox(w http.ResponseWriter, r *http.Request, who calle
 		writeRESTError(w, http.StatusConflict, "sandbox %q is already paused", id)
 		return
 	}
-	var out apiv1.OperationResponse
-	if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/suspend", nil, struct{}{}, &out); err != nil {
+	op, err := h.transition(r.Context(), who, id, "pause")
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	if err := h.waitOp(r.Context(), who, out.Operation, "pause"); err != nil {
+	if err := h.waitOp(r.Context(), who, op, "pause"); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
@@ -366,12 +355,12 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request, who cal
 	}
 	status := http.StatusOK
 	if sb.State != apiv1.SandboxRunning {
-		var out apiv1.OperationResponse
-		if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/wake", nil, struct{}{}, &out); err != nil {
+		op, err := h.transition(r.Context(), who, id, "resume")
+		if err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
-		if err := h.waitOp(r.Context(), who, out.Operation, "resume"); err != nil {
+		if err := h.waitOp(r.Context(), who, op, "resume"); err != nil {
 			h.writeErr(w, r, err)
 			return
 		}

@@ -143,3 +143,32 @@ func branchSource(op *store.Operation) string {
 	_ = json.Unmarshal(op.Params, &p) // written by createBranch
 	return p.Checkpoint
 }
+
+// GetCheckpoint is tenant's checkpoint id (not found for another
+// tenant's).
+func (s *Service) GetCheckpoint(ctx context.Context, tenant, id string) (*store.Checkpoint, error) {
+	return s.store.GetCheckpoint(ctx, tenant, id)
+}
+
+// ListCheckpoints is a page of tenant's checkpoints of sandboxID.
+func (s *Service) ListCheckpoints(ctx context.Context, tenant, sandboxID string, pr store.PageRequest) (store.Page[*store.Checkpoint], error) {
+	return s.store.ListCheckpoints(ctx, store.CheckpointFilter{TenantID: tenant, SandboxID: sandboxID, PageRequest: pr})
+}
+
+// DeleteCheckpoint removes a checkpoint's files (on the worker) and then
+// its record at once. Sandboxes branched from or restored to it keep
+// working: they own their copies. A checkpoint still being made is
+// conflict (details.state).
+func (s *Service) DeleteCheckpoint(ctx context.Context, ck *store.Checkpoint) error {
+	if ck.State == store.CheckpointCreating {
+		return errdefs.New(errdefs.ErrConflict, "checkpoint %s is %s", ck.ID, ck.State).
+			WithDetails(map[string]any{"state": string(ck.State)})
+	}
+	if err := s.worker.DeleteCheckpoint(ctx, ck.ID); err != nil {
+		return err
+	}
+	if err := s.store.DeleteCheckpoint(ctx, ck.TenantID, ck.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
+		return err
+	}
+	return nil
+}

@@ -27,7 +27,7 @@ func (s *Service) runCreate(ctx context.Context, op *store.Operation, report ope
 	}
 	rule := RuleOf(Create)
 	report(ctx, rule.Step, 10)
-	spec := worker.SandboxSpec{ID: sb.ID, Template: TemplateRef(sb), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
+	spec := worker.SandboxSpec{ID: sb.ID, Template: TemplateRef(sb).String(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB,
 		DiskMiB: sb.DiskMiB, Env: sb.Env, Hostname: sb.ID, Network: sb.Network, SecretScope: sb.TenantID}
 	if op.Type == store.OpBranch {
 		spec.FromCheckpoint = branchSource(op)

@@ -13,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/keylock"
 	"github.com/space-sandbox/space/internal/operation"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
 )
 
@@ -23,9 +24,13 @@ const teardownTimeout = 2 * time.Minute
 // Config is the service's behaviour. Zero values take the documented
 // defaults.
 type Config struct {
-	// Sizes of a template's ready snapshot when its defaults name none.
+	// Sizes of a sandbox (and of a template's ready snapshot) when neither
+	// the request nor the template's defaults name one (see Size).
 	DefaultVCPUs     int // default 1
 	DefaultMemoryMiB int // default 256
+	// WorkerID names the worker in the records of sandboxes created
+	// (default "local").
+	WorkerID string
 	// ActivityFlush bounds how stale last_activity_at gets in the store
 	// (default DefaultActivityFlush).
 	ActivityFlush time.Duration
@@ -84,6 +89,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.DefaultMemoryMiB <= 0 {
 		cfg.DefaultMemoryMiB = 256
 	}
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = "local"
+	}
 	if cfg.ActivityFlush <= 0 {
 		cfg.ActivityFlush = DefaultActivityFlush
 	}
@@ -135,13 +143,9 @@ func (s *Service) Agent(ctx context.Context, sandboxID string) (worker.Guest, er
 	return guard(g), nil
 }
 
-// TemplateRef is the template reference a sandbox boots from: its name, and
-// the digest of the build when it names one.
-func TemplateRef(sb *store.Sandbox) string {
-	if sb.TemplateDigest == "" {
-		return sb.Template
-	}
-	return sb.Template + "@" + sb.TemplateDigest
+// TemplateRef is the template build a sandbox boots from.
+func TemplateRef(sb *store.Sandbox) template.Ref {
+	return template.Ref{Name: sb.Template, Digest: sb.TemplateDigest}
 }
 
 // CauseString renders err including the internal cause of a Public error,

@@ -160,13 +160,9 @@ func (s *Service) prepareSnapshot(ctx context.Context, m template.Metadata, blog
 		return nil
 	}
 	report(ctx, "snapshot", 90)
-	spec := worker.SandboxSpec{Template: m.Ref(), VCPUs: m.Defaults.Vcpus, MemoryMiB: m.Defaults.MemoryMiB, DiskMiB: m.Defaults.DiskMiB}
-	if spec.VCPUs == 0 {
-		spec.VCPUs = s.cfg.DefaultVCPUs
-	}
-	if spec.MemoryMiB == 0 {
-		spec.MemoryMiB = s.cfg.DefaultMemoryMiB
-	}
+	// The snapshot has the size a sandbox of the template gets by default.
+	size := s.Size(m.Defaults, Size{})
+	spec := worker.SandboxSpec{Template: m.Ref(), VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB}
 	blog.Printf("snapshot: booting %s (%d vCPU, %d MiB) to keep a ready snapshot", m.Ref(), spec.VCPUs, spec.MemoryMiB)
 	started := time.Now()
 	err := lc.PrepareTemplate(ctx, spec)
@@ -299,23 +295,4 @@ func (s *Service) SubmitBuild(ctx context.Context, tenantID, owner string, admin
 		return nil, nil, err
 	}
 	return t, op, nil
-}
-
-// DeleteTemplate removes the files of template ref (its builder's and
-// the worker's ready snapshots), then the rows of builds and their logs.
-// Files go first: a failure leaves the rows, so the delete can be retried.
-func (s *Service) DeleteTemplate(ctx context.Context, ref string, builds []*store.Template) error {
-	if s.templates.Builder != nil {
-		if err := s.templates.Builder.Delete(ctx, ref); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
-			return err
-		}
-	}
-	s.ForgetTemplate(ctx, ref)
-	for _, t := range builds {
-		if err := s.store.DeleteTemplate(ctx, t.ID); err != nil && errdefs.ClassOf(err) != errdefs.ErrNotFound {
-			return err
-		}
-		s.RemoveBuildLogs(ctx, t.ID)
-	}
-	return nil
 }
