@@ -100,41 +100,23 @@ type templateUse struct {
 func (s *Server) templateUsers(ctx context.Context, p auth.Principal, name, digest string) (templateUse, error) {
 	var u templateUse
 	uses := func(tpl, dig string) bool { return tpl == name && (digest == "" || dig == digest) }
-	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.WithoutVM()}
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListSandboxes(ctx, f)
+	for sb, err := range store.All(ctx, s.store.ListSandboxes, store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.WithoutVM()}) {
 		if err != nil {
 			return u, err
 		}
-		for _, sb := range page.Items {
-			if uses(sb.Template, sb.TemplateDigest) {
-				u.Sandboxes++
-				u.others = u.others || sb.TenantID != p.TenantID
-			}
+		if uses(sb.Template, sb.TemplateDigest) {
+			u.Sandboxes++
+			u.others = u.others || sb.TenantID != p.TenantID
 		}
-		if page.NextPageToken == "" {
-			break
-		}
-		f.PageToken = page.NextPageToken
 	}
-	cf := store.CheckpointFilter{TenantID: store.AnyTenant}
-	cf.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListCheckpoints(ctx, cf)
+	for c, err := range store.All(ctx, s.store.ListCheckpoints, store.CheckpointFilter{TenantID: store.AnyTenant}) {
 		if err != nil {
 			return u, err
 		}
-		for _, c := range page.Items {
-			if c.State != store.CheckpointFailed && uses(c.Template, c.TemplateDigest) {
-				u.Checkpoints++
-				u.others = u.others || c.TenantID != p.TenantID
-			}
+		if c.State != store.CheckpointFailed && uses(c.Template, c.TemplateDigest) {
+			u.Checkpoints++
+			u.others = u.others || c.TenantID != p.TenantID
 		}
-		if page.NextPageToken == "" {
-			break
-		}
-		cf.PageToken = page.NextPageToken
 	}
 	return u, nil
 }
