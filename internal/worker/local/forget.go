@@ -99,7 +99,7 @@ func (w *Worker) forgetBuild(name, digest string) error {
 // removeTemplateSnapshot drops the pool of snapshot dir and removes it;
 // the lock of its build held.
 func (w *Worker) removeTemplateSnapshot(dir string) error {
-	w.pool.forget(dir)
+	w.pool.Forget(dir)
 	key := filepath.Base(dir)
 	w.ready.mu.Lock()
 	delete(w.ready.verified, key)
@@ -157,26 +157,3 @@ func (w *Worker) templateSnapshotDirs() []templateSnapshotDir {
 	}
 	return out
 }
-
-// forget drops what the pools keep of snapshot snap: its target and its
-// ready VMs (stopped, their files removed).
-func (p *vmPool) forget(snap string) {
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	delete(p.targets, snap)
-	delete(p.failed, snap)
-	es := p.ready[snap]
-	delete(p.ready, snap)
-	for _, e := range es {
-		p.usedMiB -= e.memMiB
-	}
-	p.mu.Unlock()
-	for _, e := range es {
-		p.discard(e)
-	}
-}
-
-// errTargetGone: the pool's target was forgotten before its entry was made.
-var errTargetGone = errors.New("pool target forgotten")

@@ -189,8 +189,8 @@ func (w *Worker) Exits() <-chan worker.Exit { return w.exits }
 func (w *Worker) Close() error {
 	w.closeOnce.Do(func() {
 		close(w.closed)
-		w.pool.close()
-		w.wakes.close()
+		w.pool.Close()
+		w.wakes.Close()
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, sb := range w.sandboxes {

@@ -118,7 +118,7 @@ func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) e
 		return err
 	}
 	defer unlock() // a forget of the build after this drops the pool's target
-	w.pool.want(dir, m)
+	w.wantPooled(dir, m)
 	return nil
 }
 

@@ -25,13 +25,13 @@ func (w *Worker) takeWakeSlot(ctx context.Context, sb *sandbox, snap string, m m
 	if w.wakes == nil || err != nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
 		return nil
 	}
-	sl := w.wakes.take(wakeShape{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB, DiskBytes: m.Files[diskFile].Size, DeviceSet: set})
+	sl := w.takeFromWakePool(wakeShape{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB, DiskBytes: m.Files[diskFile].Size, DeviceSet: set})
 	if sl == nil {
 		return nil
 	}
 	if err := w.placeOnSlot(ctx, sb, snap, m, sl); err != nil {
 		w.log.Warn("pre-started vm unusable: starting one", "sandbox", sb.spec.ID, "err", causeOf(err))
-		w.wakes.discard(sl)
+		w.wakes.Discard(sl)
 		_ = os.Remove(sb.path(memFile))
 		_ = os.Remove(sb.path(diskFile))
 		_ = os.MkdirAll(sb.path(vmDir), 0o700)
