@@ -35,9 +35,9 @@ func (w *Worker) lifecycle(id string) (*sandbox, func(), error) {
 	return sb, sb.op.Unlock, nil
 }
 
-func wrongState(state, want string) error {
+func wrongState(state worker.VMState, want string) error {
 	return errdefs.New(errdefs.ErrConflict, "sandbox is %s; %s", state, want).
-		WithDetails(map[string]any{"state": state})
+		WithDetails(map[string]any{"state": string(state)})
 }
 
 // PauseSandbox implements worker.Lifecycle.

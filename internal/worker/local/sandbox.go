@@ -82,7 +82,7 @@ func (sb *sandbox) dialAgent(ctx context.Context) (net.Conn, error) {
 func (sb *sandbox) path(name string) string { return filepath.Join(sb.dir, name) }
 
 // stateLocked is the VM state; sb.mu held.
-func (sb *sandbox) stateLocked() string {
+func (sb *sandbox) stateLocked() worker.VMState {
 	switch {
 	case sb.vm != nil:
 		select {
@@ -100,7 +100,7 @@ func (sb *sandbox) stateLocked() string {
 	return worker.VMStopped
 }
 
-func (sb *sandbox) state() string {
+func (sb *sandbox) state() worker.VMState {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.stateLocked()

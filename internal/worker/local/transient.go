@@ -54,7 +54,7 @@ const adoptionTimeout = 30 * time.Second
 // written), or an error for a VM that cannot be resumed as it is (its
 // restore never finished, it broke). A snapshot still being written is
 // awaited.
-func vmRunState(ctx context.Context, vm vmm.VM) (string, error) {
+func vmRunState(ctx context.Context, vm vmm.VM) (worker.VMState, error) {
 	s, ok := vm.(vmm.StatusReporter)
 	if !ok {
 		return worker.VMRunning, nil
