@@ -11,6 +11,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // Ready snapshots are a cache of template builds: each records the build it
@@ -150,7 +151,7 @@ func (w *Worker) templateSnapshotDirs() []templateSnapshotDir {
 		}
 		s := templateSnapshotDir{dir: filepath.Join(w.templateSnapshotsDir(), e.Name())}
 		var m manifest
-		if readJSON(filepath.Join(s.dir, manifestFile), &m) == nil {
+		if snapfile.ReadJSON(filepath.Join(s.dir, manifestFile), &m) == nil {
 			s.ref = m.Template
 		}
 		out = append(out, s)

@@ -17,6 +17,7 @@ import (
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker/local/prestart"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // Pools take VMM start-up and the device-state load off the create path.
@@ -183,14 +184,14 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 	_, _ = rand.Read(suffix)
 	dir := filepath.Join(w.poolRoot(), hex.EncodeToString(suffix))
 	if err := os.MkdirAll(filepath.Join(dir, vmDir), 0o700); err != nil {
-		return nil, diskError("pool dir", err)
+		return nil, snapfile.DiskError("pool dir", err)
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	set, err := t.m.deviceSet()
+	set, err := deviceSetOf(t.m)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // retryFailedSnapshot is how long a template whose ready snapshot could not
@@ -158,7 +159,7 @@ func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec 
 		return "", m, errdefs.New(errdefs.ErrUnavailable, "making the template's snapshot failed recently")
 	}
 	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err == nil {
-		m, err = verifySnapshot(ctx, dir)
+		m, err = snapfile.Verify(ctx, dir)
 		if err == nil {
 			w.markReady(key, m)
 			return dir, m, nil
@@ -204,7 +205,7 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 	vmState := filepath.Join(filepath.Dir(w.templateSnapshotsDir()), "vm-"+hex.EncodeToString(suffix))
 	for _, d := range []string{staging, vmState} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return m, diskError("template snapshot dir", err)
+			return m, snapfile.DiskError("template snapshot dir", err)
 		}
 		defer os.RemoveAll(d) // staging is gone after the rename on success
 	}
@@ -261,16 +262,16 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 		return m, fmt.Errorf("stop template vm: %w", err)
 	}
 	m = manifest{CreatedAt: time.Now().UTC(), VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, Template: tpl.Ref(), DeviceSet: bootDeviceSet}
-	if err := sealSnapshot(ctx, staging, m); err != nil {
+	if err := snapfile.Seal(ctx, staging, m); err != nil {
 		return m, err
 	}
-	if err := readJSON(filepath.Join(staging, manifestFile), &m); err != nil {
+	if err := snapfile.ReadJSON(filepath.Join(staging, manifestFile), &m); err != nil {
 		return m, fmt.Errorf("template snapshot: %w: %v", errdefs.ErrInternal, err)
 	}
 	if err := os.Rename(staging, dir); err != nil {
 		return m, fmt.Errorf("template snapshot: %w: %v", errdefs.ErrInternal, err)
 	}
-	return m, syncDir(filepath.Dir(dir))
+	return m, snapfile.SyncDir(filepath.Dir(dir))
 }
 
 // awaitReadyCommand runs the template's ready command until it exits 0,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // transientFile, in a sandbox's directory, records what the worker itself has
@@ -28,8 +29,8 @@ type transient struct {
 }
 
 func (sb *sandbox) markTransient(t transient) error {
-	if err := writeJSON(sb.path(transientFile), t); err != nil {
-		return diskError("record "+t.Op+" in progress", err)
+	if err := snapfile.WriteJSON(sb.path(transientFile), t); err != nil {
+		return snapfile.DiskError("record "+t.Op+" in progress", err)
 	}
 	return nil
 }
@@ -39,7 +40,7 @@ func (sb *sandbox) clearTransient() { _ = os.Remove(sb.path(transientFile)) }
 // readTransient returns the recorded step in progress, if any.
 func (sb *sandbox) readTransient() (transient, bool) {
 	var t transient
-	if err := readJSON(sb.path(transientFile), &t); err != nil {
+	if err := snapfile.ReadJSON(sb.path(transientFile), &t); err != nil {
 		return t, false
 	}
 	return t, true

@@ -12,6 +12,7 @@ import (
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker/local/prestart"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // Wake slots take the VMM's start off the wake path, as the create pool
@@ -183,7 +184,7 @@ func (w *Worker) makeWakeSlot(ctx context.Context, s wakeShape) (_ *wakeSlot, er
 	_, _ = rand.Read(suffix)
 	dir := filepath.Join(w.wakePoolRoot(), hex.EncodeToString(suffix))
 	if err := os.MkdirAll(filepath.Join(dir, vmDir), 0o700); err != nil {
-		return nil, diskError("wake slot dir", err)
+		return nil, snapfile.DiskError("wake slot dir", err)
 	}
 	defer func() {
 		if err != nil {
@@ -226,11 +227,11 @@ func (w *Worker) makeWakeSlot(ctx context.Context, s wakeShape) (_ *wakeSlot, er
 func createSparse(path string, size int64) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return diskError("wake slot disk", err)
+		return snapfile.DiskError("wake slot disk", err)
 	}
 	defer f.Close()
 	if err := f.Truncate(size); err != nil {
-		return diskError("wake slot disk", err)
+		return snapfile.DiskError("wake slot disk", err)
 	}
 	return nil
 }

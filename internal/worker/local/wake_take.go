@@ -10,6 +10,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // takeWakeSlot gives sb a pre-started VMM (wake_pool.go) for snapshot snap
@@ -21,7 +22,7 @@ import (
 // made sb's; then sb's files are as before (none) and the caller restores
 // on a VMM of its own.
 func (w *Worker) takeWakeSlot(ctx context.Context, sb *sandbox, snap string, m manifest) vmm.VM {
-	set, err := m.deviceSet()
+	set, err := deviceSetOf(m)
 	if w.wakes == nil || err != nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
 		return nil
 	}
@@ -96,7 +97,7 @@ func cloneOnto(src, dst string) error {
 	if err := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())); err != nil {
 		out.Close()
 		if err == unix.ENOSPC {
-			return diskError("reflink", err)
+			return snapfile.DiskError("reflink", err)
 		}
 		return fmt.Errorf("reflink: %w: %v", errdefs.ErrInternal, err)
 	}
