@@ -56,7 +56,7 @@ func (w *Worker) buildsOf(name, digest string) []string {
 			set[sdigest] = true
 		}
 	}
-	for _, d := range w.tplLocks.digestsOf(name) {
+	for _, d := range w.tplLocks.DigestsOf(name) {
 		set[d] = true
 	}
 	w.ready.mu.Lock()
@@ -77,7 +77,7 @@ func (w *Worker) buildsOf(name, digest string) []string {
 // forgetBuild removes the ready snapshots (and their pooled VMs) that
 // name's build digest made, under that build's lock.
 func (w *Worker) forgetBuild(name, digest string) error {
-	defer w.tplLocks.write(digest)()
+	defer w.tplLocks.Write(digest)()
 	var errs []error
 	for _, s := range w.templateSnapshotDirs() {
 		sname, sdigest, ok := s.build()

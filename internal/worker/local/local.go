@@ -38,6 +38,7 @@ import (
 	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/tpllock"
 )
 
 // Config wires a Worker.
@@ -109,7 +110,7 @@ type Worker struct {
 	// tplLocks: creates and pool fills make and read a template build's
 	// ready snapshots (shared) while ForgetTemplate removes them
 	// (exclusive), one lock per build (tpllock.go).
-	tplLocks templateLocks
+	tplLocks tpllock.Locks
 	// imageFetches: one fetch of a template image at a time per digest
 	// (template_fetch.go).
 	imageFetches keylock.Map

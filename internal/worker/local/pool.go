@@ -15,6 +15,7 @@ import (
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker/local/prestart"
 	"github.com/space-sandbox/space/internal/worker/local/snapfile"
@@ -352,3 +353,11 @@ type PoolStats = prestart.Stats
 
 // PoolStats reports the pools (zero when pools do not apply).
 func (w *Worker) PoolStats() PoolStats { return w.pool.Stats() }
+
+// lockPoolTarget holds the lock of the build whose snapshot t is (a
+// snapshot that names no build was pruned at start), unless a forget of
+// that build holds it or waits for it.
+func (w *Worker) lockPoolTarget(t poolTarget) (unlock func(), ok bool) {
+	name, digest, _ := template.ParseRef(t.m.Template)
+	return w.tplLocks.TryRead(name, digest)
+}

@@ -130,7 +130,7 @@ func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (
 	if err != nil {
 		return "", manifest{}, nil, err
 	}
-	unlock := w.tplLocks.read(tpl.Name, tpl.Digest)
+	unlock := w.tplLocks.Read(tpl.Name, tpl.Digest)
 	dir, m, err := w.readySnapshot(ctx, tpl, spec)
 	if err != nil {
 		unlock()
