@@ -243,7 +243,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	faultinject.Point("suspend.sealed")
 	sb.clearTransient()
 	if shape, ok := shapeOf(sb); ok {
-		w.wantWakeSlot(shape) // a VMM of this shape waits for the wake
+		w.wakes.want(shape) // a VMM of this shape waits for the wake
 	}
 	sb.mu.Lock()
 	sb.vm, sb.paused, sb.suspended = nil, false, true

@@ -102,8 +102,8 @@ type Worker struct {
 	exits chan worker.Exit
 
 	ready readySnapshots
-	pool  *vmPool   // nil when pools do not apply
-	wakes *wakePool // nil when wake slots do not apply
+	pool  vmPool   // its Pool nil when pools do not apply
+	wakes wakePool // its Pool nil when wake slots do not apply
 	// ckMu: branches and restores read checkpoints (RLock) while
 	// DeleteCheckpoint removes them (Lock).
 	ckMu sync.RWMutex

@@ -96,8 +96,11 @@ type poolTarget struct {
 }
 
 // vmPool is the worker's create pools, one per template snapshot (its
-// dir), each entry a restored VM.
-type vmPool = prestart.Pool[string, poolTarget, *poolEntry]
+// dir), each entry a restored VM; with a nil Pool when pools do not apply
+// (every method is safe then, and finds nothing).
+type vmPool struct {
+	*prestart.Pool[string, poolTarget, *poolEntry]
+}
 
 func (w *Worker) poolRoot() string { return filepath.Join(w.cfg.Storage.Root(), poolDir) }
 
@@ -129,7 +132,7 @@ func (w *Worker) startPool(ctx context.Context) {
 	if cfg.BudgetMiB <= 0 {
 		cfg.BudgetMiB = DefaultPoolMemoryMiB
 	}
-	w.pool = prestart.New(ctx, cfg)
+	w.pool = vmPool{prestart.New(ctx, cfg)}
 }
 
 // isDone reports whether vm has exited.
@@ -142,25 +145,22 @@ func isDone(vm vmm.VM) bool {
 	}
 }
 
-// wantPooled makes snap a template the pool keeps VMs of.
-func (w *Worker) wantPooled(snap string, m manifest) {
-	if w.pool.Want(snap, poolTarget{snap: snap, m: m}) {
-		w.pool.Poke()
+// want makes snap a template the pool keeps VMs of.
+func (p vmPool) want(snap string, m manifest) {
+	if p.Want(snap, poolTarget{snap: snap, m: m}) {
+		p.Poke()
 	}
 }
 
-// takeFromPool returns a pooled VM restored from snap, or nil. A take
-// refills poolRefillDelay later, a miss at once.
-func (w *Worker) takeFromPool(snap string) *poolEntry {
-	if w.pool == nil {
-		return nil
-	}
-	e, ok := w.pool.Take(snap)
+// take returns a pooled VM restored from snap, or nil. A take refills
+// poolRefillDelay later, a miss at once.
+func (p vmPool) take(snap string) *poolEntry {
+	e, ok := p.Take(snap)
 	if !ok {
-		w.pool.Poke()
+		p.Poke()
 		return nil
 	}
-	time.AfterFunc(poolRefillDelay, w.pool.Poke)
+	time.AfterFunc(poolRefillDelay, p.Poke)
 	return e
 }
 
@@ -281,11 +281,11 @@ func (w *Worker) warmPoolEntry(ctx context.Context, e *poolEntry) error {
 // worker has networking) already sb's, or nil: then sb has no network yet.
 // A pooled VM whose namespace cannot become sb's is discarded.
 func (w *Worker) takePooled(ctx context.Context, sb *sandbox, snap string, m manifest) *poolEntry {
-	w.wantPooled(snap, m)
+	w.pool.want(snap, m)
 	if err := w.checkPolicy(sb.spec); err != nil {
 		return nil // netUp refuses it; no pooled VM is spent on it
 	}
-	e := w.takeFromPool(snap)
+	e := w.pool.take(snap)
 	if e == nil {
 		return nil
 	}

@@ -119,7 +119,7 @@ func (w *Worker) PrepareTemplate(ctx context.Context, spec worker.SandboxSpec) e
 		return err
 	}
 	defer unlock() // a forget of the build after this drops the pool's target
-	w.wantPooled(dir, m)
+	w.pool.want(dir, m)
 	return nil
 }
 

@@ -89,8 +89,11 @@ type wakeSlot struct {
 	netns *network.Sandbox
 }
 
-// wakePool is the worker's wake slots, by shape.
-type wakePool = prestart.Pool[wakeShape, wakeShape, *wakeSlot]
+// wakePool is the worker's wake slots, by shape; with a nil Pool when
+// slots do not apply (every method is safe then, and finds nothing).
+type wakePool struct {
+	*prestart.Pool[wakeShape, wakeShape, *wakeSlot]
+}
 
 func (w *Worker) wakePoolRoot() string { return filepath.Join(w.cfg.Storage.Root(), wakePoolDir) }
 
@@ -121,7 +124,7 @@ func (w *Worker) startWakePool(ctx context.Context) {
 	if cfg.BudgetMiB <= 0 {
 		cfg.BudgetMiB = DefaultWakePoolMemoryMiB
 	}
-	w.wakes = prestart.New(ctx, cfg)
+	w.wakes = wakePool{prestart.New(ctx, cfg)}
 }
 
 // reapDirVMs stops the VMs under root's entries and removes them.
@@ -146,24 +149,23 @@ func shapeOf(sb *sandbox) (wakeShape, bool) {
 	return wakeShape{VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DiskBytes: st.Size(), DeviceSet: sb.devices}, true
 }
 
-// wantWakeSlot makes s the most recent shape (slots of shapes that fall
-// off the list are stopped) and has the filler start what is missing.
-func (w *Worker) wantWakeSlot(s wakeShape) {
-	w.wakes.Want(s, s)
-	w.wakes.Poke()
+// want makes s the most recent shape (slots of shapes that fall off the
+// list are stopped) and has the filler start what is missing.
+func (p wakePool) want(s wakeShape) {
+	p.Want(s, s)
+	p.Poke()
 }
 
-// takeFromWakePool returns a slot of shape s, or nil; either way s becomes
-// the most recent shape, and its slot is made again wakeRefillDelay later,
-// so that the new VMM's start does not compete with this wake's first
-// commands.
-func (w *Worker) takeFromWakePool(s wakeShape) *wakeSlot {
-	if w.wakes == nil {
+// take returns a slot of shape s, or nil; either way s becomes the most
+// recent shape, and its slot is made again wakeRefillDelay later, so that
+// the new VMM's start does not compete with this wake's first commands.
+func (p wakePool) take(s wakeShape) *wakeSlot {
+	if p.Pool == nil {
 		return nil
 	}
-	w.wakes.Want(s, s)
-	time.AfterFunc(wakeRefillDelay, w.wakes.Poke)
-	sl, _ := w.wakes.Take(s)
+	p.Want(s, s)
+	time.AfterFunc(wakeRefillDelay, p.Poke)
+	sl, _ := p.Take(s)
 	return sl
 }
 

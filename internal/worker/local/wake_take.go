@@ -23,10 +23,10 @@ import (
 // on a VMM of its own.
 func (w *Worker) takeWakeSlot(ctx context.Context, sb *sandbox, snap string, m manifest) vmm.VM {
 	set, err := deviceSetOf(m)
-	if w.wakes == nil || err != nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
+	if w.wakes.Pool == nil || err != nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
 		return nil
 	}
-	sl := w.takeFromWakePool(wakeShape{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB, DiskBytes: m.Files[diskFile].Size, DeviceSet: set})
+	sl := w.wakes.take(wakeShape{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB, DiskBytes: m.Files[diskFile].Size, DeviceSet: set})
 	if sl == nil {
 		return nil
 	}
