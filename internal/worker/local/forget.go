@@ -59,13 +59,11 @@ func (w *Worker) buildsOf(name, digest string) []string {
 	for _, d := range w.tplLocks.DigestsOf(name) {
 		set[d] = true
 	}
-	w.ready.mu.Lock()
-	for _, r := range w.ready.refs {
+	for _, r := range w.ready.Refs() {
 		if n, d, err := template.ParseRef(r); err == nil && n == name && d != "" {
 			set[d] = true
 		}
 	}
-	w.ready.mu.Unlock()
 	out := make([]string, 0, len(set))
 	for d := range set {
 		out = append(out, d)
@@ -90,7 +88,7 @@ func (w *Worker) forgetBuild(name, digest string) error {
 		}
 		w.log.Info("template ready snapshot removed", "template", s.ref, "snapshot", filepath.Base(s.dir))
 	}
-	w.ready.forget(func(r string) bool {
+	w.ready.Forget(func(r string) bool {
 		n, d, err := template.ParseRef(r)
 		return err == nil && n == name && d == digest
 	})
@@ -102,10 +100,7 @@ func (w *Worker) forgetBuild(name, digest string) error {
 func (w *Worker) removeTemplateSnapshot(dir string) error {
 	w.pool.Forget(dir)
 	key := filepath.Base(dir)
-	w.ready.mu.Lock()
-	delete(w.ready.verified, key)
-	delete(w.ready.failed, key)
-	w.ready.mu.Unlock()
+	w.ready.Drop(key)
 	return os.RemoveAll(dir)
 }
 

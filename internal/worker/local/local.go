@@ -38,6 +38,7 @@ import (
 	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/readysnap"
 	"github.com/space-sandbox/space/internal/worker/local/tpllock"
 )
 
@@ -101,7 +102,7 @@ type Worker struct {
 	root  string // <storage root>/sandboxes
 	exits chan worker.Exit
 
-	ready readySnapshots
+	ready readysnap.Cache
 	pool  vmPool   // its Pool nil when pools do not apply
 	wakes wakePool // its Pool nil when wake slots do not apply
 	// ckMu: branches and restores read checkpoints (RLock) while

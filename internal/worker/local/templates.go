@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentclient"
@@ -25,45 +24,6 @@ import (
 // retryFailedSnapshot is how long a template whose ready snapshot could not
 // be made cold-boots before the worker tries again.
 const retryFailedSnapshot = 10 * time.Minute
-
-// readySnapshots keeps the template snapshots this process has verified,
-// and serialises making each one.
-type readySnapshots struct {
-	mu       sync.Mutex
-	building map[string]*sync.Mutex
-	verified map[string]manifest
-	failed   map[string]time.Time
-	refs     map[string]string // key -> the template build ("name@sha256:…")
-}
-
-// forget drops what is known of the snapshots of the builds match picks.
-func (r *readySnapshots) forget(match func(ref string) bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for key, ref := range r.refs {
-		if match(ref) {
-			delete(r.verified, key)
-			delete(r.failed, key)
-			delete(r.refs, key)
-		}
-	}
-}
-
-func (r *readySnapshots) lock(key string) func() {
-	r.mu.Lock()
-	if r.building == nil {
-		r.building, r.verified, r.failed = map[string]*sync.Mutex{}, map[string]manifest{}, map[string]time.Time{}
-		r.refs = map[string]string{}
-	}
-	m := r.building[key]
-	if m == nil {
-		m = &sync.Mutex{}
-		r.building[key] = m
-	}
-	r.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
 
 // templateKey names the ready snapshot of one template build at one VM
 // size, booted with this worker's kernel and initramfs: any of these
@@ -145,13 +105,9 @@ func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec 
 	diskBytes := max(tpl.SizeBytes, int64(spec.DiskMiB)<<20)
 	key := w.templateKey(tpl, spec.VCPUs, spec.MemoryMiB, diskBytes)
 	dir := filepath.Join(w.templateSnapshotsDir(), key)
-	unlock := w.ready.lock(key)
+	unlock := w.ready.Lock(key)
 	defer unlock()
-	w.ready.mu.Lock()
-	w.ready.refs[key] = tpl.Ref()
-	m, verified := w.ready.verified[key]
-	failedAt, failed := w.ready.failed[key]
-	w.ready.mu.Unlock()
+	m, verified, failedAt, failed := w.ready.Look(key, tpl.Ref())
 	if verified {
 		return dir, m, nil
 	}
@@ -161,7 +117,7 @@ func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec 
 	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err == nil {
 		m, err = snapfile.Verify(ctx, dir)
 		if err == nil {
-			w.markReady(key, m)
+			w.ready.Ready(key, m)
 			return dir, m, nil
 		}
 		w.log.Error("template snapshot damaged: making it again", "template", tpl.Ref(), "err", causeOf(err))
@@ -173,23 +129,14 @@ func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec 
 	m, err := w.makeTemplateSnapshot(ctx, tpl, spec, diskBytes, dir)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.ready.mu.Lock()
-			w.ready.failed[key] = time.Now()
-			w.ready.mu.Unlock()
+			w.ready.Failed(key)
 		}
 		return "", m, err
 	}
-	w.markReady(key, m)
+	w.ready.Ready(key, m)
 	w.log.Info("template ready snapshot made", "template", tpl.Ref(), "vcpus", spec.VCPUs,
 		"memory_mib", spec.MemoryMiB, "took", time.Since(started).Round(time.Millisecond))
 	return dir, m, nil
-}
-
-func (w *Worker) markReady(key string, m manifest) {
-	w.ready.mu.Lock()
-	defer w.ready.mu.Unlock()
-	w.ready.verified[key] = m
-	delete(w.ready.failed, key)
 }
 
 // makeTemplateSnapshot boots the template in a staging dir, waits for the
