@@ -396,7 +396,7 @@ func TestReconcileInterruptedTransitions(t *testing.T) {
 	ctx := t.Context()
 	cases := map[string]struct {
 		store store.SandboxState
-		vm    string
+		vm    worker.VMState
 		want  string
 	}{
 		"suspend done":      {store.SandboxSuspending, worker.VMSuspended, "suspended"},

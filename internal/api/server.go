@@ -319,21 +319,12 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 // refreshSandboxGauge counts sandboxes by state (all tenants) for a scrape.
 func (s *Server) refreshSandboxGauge(ctx context.Context) {
 	counts := map[store.SandboxState]int{}
-	f := store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.Gone()}
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.svc.ListSandboxes(ctx, f)
+	for sb, err := range store.All(ctx, s.svc.ListSandboxes, store.SandboxFilter{TenantID: store.AnyTenant, ExcludeStates: sandbox.Gone()}) {
 		if err != nil {
 			s.logger.Warn("metrics: list sandboxes", "err", err)
 			return
 		}
-		for _, sb := range page.Items {
-			counts[sb.State]++
-		}
-		if page.NextPageToken == "" {
-			break
-		}
-		f.PageToken = page.NextPageToken
+		counts[sb.State]++
 	}
 	for _, st := range sandbox.States() {
 		if st == store.SandboxDeleted {

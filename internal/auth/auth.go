@@ -98,12 +98,12 @@ func TokenFromHeader(h string) (token string, ok bool) {
 
 // Authenticator checks API keys against a store.
 type Authenticator struct {
-	store store.Store
+	store store.Accounts
 	log   *slog.Logger
 }
 
 // New returns an Authenticator over s.
-func New(s store.Store, log *slog.Logger) *Authenticator {
+func New(s store.Accounts, log *slog.Logger) *Authenticator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -26,26 +26,18 @@ const maxAncestry = 32
 // restored to ("" for none): the newest succeeded branch or restore
 // operation on it says.
 func (s *Service) Origin(ctx context.Context, sandboxID string) (string, error) {
-	f := store.OperationFilter{TenantID: store.AnyTenant, Target: sandboxID}
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListOperations(ctx, f)
+	for op, err := range store.All(ctx, s.store.ListOperations, store.OperationFilter{TenantID: store.AnyTenant, Target: sandboxID}) {
 		if err != nil {
 			return "", err
 		}
-		for _, op := range page.Items {
-			if (op.Type == store.OpBranch || op.Type == store.OpRestore) && op.State == store.OpSucceeded {
-				var p CheckpointParams
-				if json.Unmarshal(op.Params, &p) == nil {
-					return p.Checkpoint, nil
-				}
+		if (op.Type == store.OpBranch || op.Type == store.OpRestore) && op.State == store.OpSucceeded {
+			var p CheckpointParams
+			if json.Unmarshal(op.Params, &p) == nil {
+				return p.Checkpoint, nil
 			}
 		}
-		if page.NextPageToken == "" {
-			return "", nil
-		}
-		f.PageToken = page.NextPageToken
 	}
+	return "", nil
 }
 
 // InLineage reports whether ck was taken of sandboxID or of a sandbox it

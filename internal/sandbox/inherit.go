@@ -197,18 +197,12 @@ func stateFromProcess(c *store.Command, p agentproto.ProcessInfo) {
 
 // allCommands lists every command session of a sandbox, oldest first.
 func (s *Service) allCommands(ctx context.Context, sandboxID string) ([]*store.Command, error) {
-	f := store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}
-	f.PageSize = store.MaxPageSize
 	var out []*store.Command
-	for {
-		page, err := s.store.ListCommands(ctx, f)
+	for c, err := range store.All(ctx, s.store.ListCommands, store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, page.Items...)
-		if page.NextPageToken == "" {
-			return out, nil
-		}
-		f.PageToken = page.NextPageToken
+		out = append(out, c)
 	}
+	return out, nil
 }

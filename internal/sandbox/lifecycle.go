@@ -143,37 +143,28 @@ func (s *Service) runDelete(ctx context.Context, op *store.Operation, report ope
 // endCommands records every command of the sandbox that has not ended as
 // ended with reason. Commands that never started end the same way.
 func (s *Service) endCommands(ctx context.Context, sandboxID, reason string, procs map[string]agentproto.ProcessInfo) {
-	f := store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}
-	f.PageSize = store.MaxPageSize
 	now := time.Now().UTC()
-	for {
-		page, err := s.store.ListCommands(ctx, f)
+	for c, err := range store.All(ctx, s.store.ListCommands, store.CommandFilter{TenantID: store.AnyTenant, SandboxID: sandboxID}) {
 		if err != nil {
 			s.logger.Error("list commands to end", "sandbox", sandboxID, "err", err)
 			return
 		}
-		for _, c := range page.Items {
-			if c.State == store.CommandExited {
-				continue
-			}
-			ex := Exit{Reason: reason, EndedAt: &now, Seq: procs[c.ProcessID].LastSeq + 1}
-			if p, ok := procs[c.ProcessID]; ok && p.Exit != nil {
-				ex = ExitOf(p.Exit, p.LastSeq)
-			}
-			raw, _ := json.Marshal(ex)
-			_, err := s.store.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandCreated, store.CommandRunning},
-				func(c *store.Command) error {
-					c.State = store.CommandExited
-					c.Exit = raw
-					return nil
-				})
-			if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
-				s.logger.Error("end command", "command", c.ID, "err", err)
-			}
+		if c.State == store.CommandExited {
+			continue
 		}
-		if page.NextPageToken == "" {
-			return
+		ex := Exit{Reason: reason, EndedAt: &now, Seq: procs[c.ProcessID].LastSeq + 1}
+		if p, ok := procs[c.ProcessID]; ok && p.Exit != nil {
+			ex = ExitOf(p.Exit, p.LastSeq)
 		}
-		f.PageToken = page.NextPageToken
+		raw, _ := json.Marshal(ex)
+		_, err := s.store.UpdateCommand(ctx, c.ID, []store.CommandState{store.CommandCreated, store.CommandRunning},
+			func(c *store.Command) error {
+				c.State = store.CommandExited
+				c.Exit = raw
+				return nil
+			})
+		if err != nil && errdefs.ClassOf(err) != errdefs.ErrConflict {
+			s.logger.Error("end command", "command", c.ID, "err", err)
+		}
 	}
 }

@@ -77,51 +77,36 @@ func (s *Service) Reconcile(ctx context.Context) error {
 // ended as aborted. Whatever files the worker kept of it go, so that the
 // failed checkpoint holds nothing and can be deleted.
 func (s *Service) reconcileCheckpoints(ctx context.Context) error {
-	f := store.CheckpointFilter{TenantID: store.AnyTenant}
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListCheckpoints(ctx, f)
+	for ck, err := range store.All(ctx, s.store.ListCheckpoints, store.CheckpointFilter{TenantID: store.AnyTenant}) {
 		if err != nil {
 			return err
 		}
-		for _, ck := range page.Items {
-			if ck.State != store.CheckpointCreating {
-				continue
-			}
-			log := s.logger.With("checkpoint", ck.ID, "sandbox", ck.SandboxID)
-			log.Warn("reconcile: checkpoint was interrupted")
-			if err := s.worker.DeleteCheckpoint(ctx, ck.ID); err != nil {
-				log.Error("reconcile: remove files of interrupted checkpoint", "err", err)
-				continue // stays creating; the next start tries again
-			}
-			if _, err := s.store.UpdateCheckpoint(ctx, ck.ID, []store.CheckpointState{store.CheckpointCreating},
-				func(c *store.Checkpoint) error { c.State = store.CheckpointFailed; return nil }); err != nil {
-				log.Error("reconcile: fail interrupted checkpoint", "err", err)
-			}
+		if ck.State != store.CheckpointCreating {
+			continue
 		}
-		if page.NextPageToken == "" {
-			return nil
+		log := s.logger.With("checkpoint", ck.ID, "sandbox", ck.SandboxID)
+		log.Warn("reconcile: checkpoint was interrupted")
+		if err := s.worker.DeleteCheckpoint(ctx, ck.ID); err != nil {
+			log.Error("reconcile: remove files of interrupted checkpoint", "err", err)
+			continue // stays creating; the next start tries again
 		}
-		f.PageToken = page.NextPageToken
+		if _, err := s.store.UpdateCheckpoint(ctx, ck.ID, []store.CheckpointState{store.CheckpointCreating},
+			func(c *store.Checkpoint) error { c.State = store.CheckpointFailed; return nil }); err != nil {
+			log.Error("reconcile: fail interrupted checkpoint", "err", err)
+		}
 	}
+	return nil
 }
 
 // eachSandbox calls fn for every sandbox the filter selects, page by page.
 func (s *Service) eachSandbox(ctx context.Context, f store.SandboxFilter, fn func(*store.Sandbox)) error {
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListSandboxes(ctx, f)
+	for sb, err := range store.All(ctx, s.store.ListSandboxes, f) {
 		if err != nil {
 			return err
 		}
-		for _, sb := range page.Items {
-			fn(sb)
-		}
-		if page.NextPageToken == "" {
-			return nil
-		}
-		f.PageToken = page.NextPageToken
+		fn(sb)
 	}
+	return nil
 }
 
 // Expiry scans run when the earliest known deadline is due, but at least

@@ -72,23 +72,14 @@ func (s *Service) ReconcileTakenOver(ctx context.Context, op *store.Operation) (
 // deleteUnlessUnderWay submits a delete of a sandbox left deleting, unless
 // one is unfinished (it runs once the taken-over operation ends).
 func (s *Service) deleteUnlessUnderWay(ctx context.Context, sb *store.Sandbox, log *slog.Logger) {
-	f := store.OperationFilter{TenantID: store.AnyTenant, Target: sb.ID}
-	f.PageSize = store.MaxPageSize
-	for {
-		page, err := s.store.ListOperations(ctx, f)
+	for o, err := range store.All(ctx, s.store.ListOperations, store.OperationFilter{TenantID: store.AnyTenant, Target: sb.ID}) {
 		if err != nil {
 			log.Error("take over: list the sandbox's operations", "err", err)
 			return
 		}
-		for _, o := range page.Items {
-			if o.Type == store.OpDelete && !o.State.Terminal() {
-				return
-			}
+		if o.Type == store.OpDelete && !o.State.Terminal() {
+			return
 		}
-		if page.NextPageToken == "" {
-			break
-		}
-		f.PageToken = page.NextPageToken
 	}
 	log.Warn("take over: resubmitting delete")
 	if _, err := s.ops.Submit(ctx, &store.Operation{TenantID: sb.TenantID, Type: store.OpDelete, Target: sb.ID}, nil); err != nil {

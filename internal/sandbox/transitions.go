@@ -158,7 +158,7 @@ func (s *Service) settleTo(ctx context.Context, id string, via store.SandboxStat
 
 // storeState is the sandbox state of a worker VM state ("" for a VM that
 // is gone).
-func storeState(vm string) store.SandboxState {
+func storeState(vm worker.VMState) store.SandboxState {
 	switch vm {
 	case worker.VMRunning:
 		return store.SandboxRunning

@@ -96,13 +96,13 @@ type Info struct {
 
 // Service seals, stores and resolves secrets.
 type Service struct {
-	st   store.Store
+	st   store.Secrets
 	aead cipher.AEAD
 	log  *slog.Logger
 }
 
 // New returns a Service sealing under key (KeySize bytes).
-func New(st store.Store, key []byte, log *slog.Logger) (*Service, error) {
+func New(st store.Secrets, key []byte, log *slog.Logger) (*Service, error) {
 	if len(key) != KeySize {
 		return nil, fmt.Errorf("secrets: key must be %d bytes: %w", KeySize, errdefs.ErrInvalidArgument)
 	}

@@ -54,20 +54,25 @@ type SandboxSpec struct {
 // suspend; the cluster wakes the sandbox from it on any worker.
 func SuspendSnapshot(id string) string { return "sandboxes/" + id }
 
+// VMState is the state of a sandbox's VM as its worker reports it: one of
+// the VM constants. It is the worker's word on the VM, not the sandbox's
+// state in the store (the control plane maps one onto the other).
+type VMState string
+
 // VM states a worker reports.
 const (
-	VMRunning = "running"
-	VMPaused  = "paused"
-	VMStopped = "stopped" // the VMM is gone (crashed or stopped)
+	VMRunning VMState = "running"
+	VMPaused  VMState = "paused"
+	VMStopped VMState = "stopped" // the VMM is gone (crashed or stopped)
 	// VMSuspended: no VMM runs; memory, device state and disk are kept in a
 	// checksummed snapshot on the worker's disk until WakeSandbox.
-	VMSuspended = "suspended"
+	VMSuspended VMState = "suspended"
 )
 
 // SandboxStatus is what a worker knows of one sandbox it hosts.
 type SandboxStatus struct {
 	ID        string
-	State     string // VMRunning, VMPaused, VMStopped
+	State     VMState
 	VMMPID    int
 	BootedAt  time.Time
 	DiskBytes int64 // bytes allocated to the sandbox's own disk

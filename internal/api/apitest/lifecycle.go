@@ -71,18 +71,18 @@ func (w *Worker) lifecycleStart(ctx context.Context, id string) (*VM, error) {
 
 // move changes vm's state from one of from to to under w.mu, or fails with
 // ErrConflict naming the state as the real worker does.
-func (w *Worker) move(vm *VM, to string, from ...string) (worker.SandboxStatus, error) {
+func (w *Worker) move(vm *VM, to worker.VMState, from ...worker.VMState) (worker.SandboxStatus, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !slices.Contains(from, vm.state()) {
 		return worker.SandboxStatus{}, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", vm.ID, vm.state()).
-			WithDetails(map[string]any{"state": vm.state()})
+			WithDetails(map[string]any{"state": string(vm.state())})
 	}
 	vm.State = to
 	return vm.status(), nil
 }
 
-func (vm *VM) state() string {
+func (vm *VM) state() worker.VMState {
 	if vm.State == "" {
 		return worker.VMRunning
 	}
@@ -149,7 +149,7 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	w.mu.Unlock()
 	if state != worker.VMRunning && state != worker.VMPaused {
 		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrConflict, "sandbox %s is %s", vm.ID, state).
-			WithDetails(map[string]any{"state": state})
+			WithDetails(map[string]any{"state": string(state)})
 	}
 	if dup {
 		return worker.CheckpointStatus{}, errdefs.New(errdefs.ErrConflict, "checkpoint %s exists", checkpointID)

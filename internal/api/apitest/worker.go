@@ -57,7 +57,7 @@ type VM struct {
 	// Spec is what CreateSandbox got; Spec.Network follows SetNetworkPolicy.
 	Spec worker.SandboxSpec
 	// State is the worker.VM* state ("" is running).
-	State string
+	State worker.VMState
 	// NetLog is what NetworkLog returns.
 	NetLog []worker.NetworkRecord
 	client *agentclient.Client

@@ -120,7 +120,7 @@ func (w *testWorker) stopVM(id, lost string) {
 	}
 }
 
-func (w *testWorker) move(id string, to string) (worker.SandboxStatus, error) {
+func (w *testWorker) move(id string, to worker.VMState) (worker.SandboxStatus, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st, ok := w.vms[id]

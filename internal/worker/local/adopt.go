@@ -12,6 +12,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // adoptParallel bounds the sandboxes adopted at once after a restart: each
@@ -39,7 +40,7 @@ func (w *Worker) adoptAll(ctx context.Context) error {
 		}
 		dir := w.dir(e.Name())
 		var spec worker.SandboxSpec
-		if err := readJSON(filepath.Join(dir, specFile), &spec); err != nil || spec.ID != e.Name() {
+		if err := snapfile.ReadJSON(filepath.Join(dir, specFile), &spec); err != nil || spec.ID != e.Name() {
 			w.log.Warn("removing unreadable sandbox dir", "dir", e.Name(), "err", err)
 			_ = removeAll(dir)
 			continue

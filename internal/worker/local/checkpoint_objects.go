@@ -11,6 +11,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // With a SnapshotStore (cluster mode) every checkpoint this worker takes is
@@ -47,13 +48,13 @@ func (w *Worker) openCheckpoint(ctx context.Context, id string) (checkpointSourc
 	case errors.Is(err, errdefs.ErrNotFound):
 		return checkpointSource{}, errdefs.New(errdefs.ErrNotFound, "checkpoint %s not found", id)
 	case errors.Is(err, errdefs.ErrDataLoss):
-		return checkpointSource{}, dataLoss("checkpoint "+id+" in object storage", err)
+		return checkpointSource{}, snapfile.DataLoss("checkpoint "+id+" in object storage", err)
 	case err != nil:
 		return checkpointSource{}, fmt.Errorf("fetch checkpoint %s from object storage: %w", id, err)
 	}
-	if err := readJSON(filepath.Join(dir, checkpointMetaFile), &m); err != nil || m.ID != id {
+	if err := snapfile.ReadJSON(filepath.Join(dir, checkpointMetaFile), &m); err != nil || m.ID != id {
 		release()
-		return checkpointSource{}, dataLoss("fetched checkpoint description unreadable", err)
+		return checkpointSource{}, snapfile.DataLoss("fetched checkpoint description unreadable", err)
 	}
 	w.log.Info("checkpoint fetched from object storage", "checkpoint", id, "took", time.Since(started).Round(time.Millisecond))
 	return checkpointSource{meta: m, dir: dir, release: release}, nil

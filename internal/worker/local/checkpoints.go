@@ -12,6 +12,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/faultinject"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // A checkpoint is a sealed snapshot dir under <root>/checkpoints/<id>, with
@@ -34,7 +35,7 @@ func (w *Worker) checkpointDir(id string) string { return filepath.Join(w.checkp
 
 func (w *Worker) checkpointStatus(m checkpointMeta) worker.CheckpointStatus {
 	return worker.CheckpointStatus{ID: m.ID, SandboxID: m.SandboxID, Spec: m.Spec, CreatedAt: m.CreatedAt,
-		SizeBytes: dirBytes(w.checkpointDir(m.ID)), Paused: m.Paused}
+		SizeBytes: snapfile.DirBytes(w.checkpointDir(m.ID)), Paused: m.Paused}
 }
 
 // loadCheckpoint reads a sealed checkpoint's description.
@@ -47,8 +48,8 @@ func (w *Worker) loadCheckpoint(id string) (checkpointMeta, error) {
 	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err != nil {
 		return m, errdefs.New(errdefs.ErrNotFound, "checkpoint %s not found", id)
 	}
-	if err := readJSON(filepath.Join(dir, checkpointMetaFile), &m); err != nil || m.ID != id {
-		return m, dataLoss("checkpoint description unreadable", err)
+	if err := snapfile.ReadJSON(filepath.Join(dir, checkpointMetaFile), &m); err != nil || m.ID != id {
+		return m, snapfile.DataLoss("checkpoint description unreadable", err)
 	}
 	return m, nil
 }
@@ -72,7 +73,7 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 		return worker.CheckpointStatus{}, fmt.Errorf("checkpoint %s exists: %w", checkpointID, errdefs.ErrConflict)
 	}
 	if err := os.MkdirAll(w.checkpointsDir(), 0o700); err != nil {
-		return worker.CheckpointStatus{}, diskError("checkpoints dir", err)
+		return worker.CheckpointStatus{}, snapfile.DiskError("checkpoints dir", err)
 	}
 	tmp := dir + ".tmp"
 	if err := sb.markTransient(transient{Op: "checkpoint", WasPaused: st == worker.VMPaused}); err != nil {
@@ -96,16 +97,16 @@ func (w *Worker) Checkpoint(ctx context.Context, sandboxID, checkpointID string)
 	}
 	meta := checkpointMeta{ID: checkpointID, SandboxID: sandboxID, Spec: sb.spec, CreatedAt: time.Now().UTC(), Paused: paused}
 	meta.Spec.FromCheckpoint = ""
-	err = writeJSON(filepath.Join(tmp, checkpointMetaFile), meta)
+	err = snapfile.WriteJSON(filepath.Join(tmp, checkpointMetaFile), meta)
 	if err == nil {
-		err = sealSnapshot(ctx, tmp, manifest{CreatedAt: meta.CreatedAt, VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DeviceSet: sb.devices})
+		err = snapfile.Seal(ctx, tmp, manifest{CreatedAt: meta.CreatedAt, VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DeviceSet: sb.devices})
 	}
 	if err == nil {
 		err = os.Rename(tmp, dir)
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return worker.CheckpointStatus{}, diskError("seal checkpoint", err)
+		return worker.CheckpointStatus{}, snapfile.DiskError("seal checkpoint", err)
 	}
 	faultinject.Point("checkpoint.sealed")
 	status := w.checkpointStatus(meta)
@@ -159,7 +160,7 @@ func (w *Worker) branch(ctx context.Context, sb *sandbox, ck checkpointSource) e
 	w.ckMu.RLock()
 	defer w.ckMu.RUnlock()
 	dir := ck.dir
-	m, err := verifySnapshot(ctx, dir)
+	m, err := snapfile.Verify(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -187,7 +188,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	w.ckMu.RLock()
 	defer w.ckMu.RUnlock()
 	dir := src.dir
-	m, err := verifySnapshot(ctx, dir)
+	m, err := snapfile.Verify(ctx, dir)
 	if err != nil {
 		return worker.SandboxStatus{}, err
 	}
@@ -203,7 +204,7 @@ func (w *Worker) RestoreCheckpoint(ctx context.Context, sandboxID, checkpointID 
 	if err := os.RemoveAll(sb.path(suspendDir)); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("remove suspend snapshot: %w: %v", errdefs.ErrInternal, err)
 	}
-	if err := writeJSON(sb.path(specFile), spec); err != nil {
+	if err := snapfile.WriteJSON(sb.path(specFile), spec); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("record spec: %w: %v", errdefs.ErrInternal, err)
 	}
 	if err := w.restoreInto(ctx, sb, dir, m); err != nil {

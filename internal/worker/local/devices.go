@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // A VM's device set must be the same when it is restored as when its
@@ -36,9 +37,9 @@ var bootDeviceSet = currentDeviceSet
 // devicesFile, in a sandbox's dir, records the device set of its VM.
 const devicesFile = "device_set"
 
-// deviceSet is the device set m's VM had; a set newer than this worker
+// deviceSetOf is the device set m's VM had; a set newer than this worker
 // knows is failed_precondition (a snapshot made by a newer worker).
-func (m manifest) deviceSet() (int, error) {
+func deviceSetOf(m manifest) (int, error) {
 	switch {
 	case m.DeviceSet == 0:
 		return deviceSetOriginal, nil
@@ -56,7 +57,7 @@ func freePageReporting(n int) bool { return n >= deviceSetBalloon }
 // restart.
 func (sb *sandbox) useDeviceSet(n int) error {
 	if err := os.WriteFile(sb.path(devicesFile), []byte(strconv.Itoa(n)+"\n"), 0o600); err != nil {
-		return diskError("record device set", err)
+		return snapfile.DiskError("record device set", err)
 	}
 	sb.devices = n
 	return nil

@@ -11,41 +11,23 @@ import (
 func (w *Worker) Crash() {
 	w.closeOnce.Do(func() {
 		close(w.closed)
-		if p := w.pool; p != nil {
-			p.cancel()
-			<-p.done
-			p.mu.Lock()
-			for _, es := range p.ready {
-				for _, e := range es {
-					e.client.Close()
-					if d, ok := e.vm.(vmm.Detacher); ok {
-						_ = d.Detach()
-					}
-				}
-			}
-			p.ready = map[string][]*poolEntry{}
-			p.mu.Unlock()
-		}
-		if p := w.wakes; p != nil {
-			p.cancel()
-			<-p.done
-			p.mu.Lock()
-			for _, ss := range p.ready {
-				for _, sl := range ss {
-					if d, ok := sl.vm.(vmm.Detacher); ok {
-						_ = d.Detach()
-					}
-				}
-			}
-			p.ready = map[wakeShape][]*wakeSlot{}
-			p.mu.Unlock()
-		}
+		w.pool.Abandon(func(e *poolEntry) {
+			e.client.Close()
+			detach(e.vm)
+		})
+		w.wakes.Abandon(func(sl *wakeSlot) { detach(sl.vm) })
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, sb := range w.sandboxes {
 			sb.release()
 		}
 	})
+}
+
+func detach(vm vmm.VM) {
+	if d, ok := vm.(vmm.Detacher); ok {
+		_ = d.Detach()
+	}
 }
 
 // BootOriginalDevices makes cold boots get the device set workers had

@@ -11,6 +11,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // Ready snapshots are a cache of template builds: each records the build it
@@ -55,16 +56,14 @@ func (w *Worker) buildsOf(name, digest string) []string {
 			set[sdigest] = true
 		}
 	}
-	for _, d := range w.tplLocks.digestsOf(name) {
+	for _, d := range w.tplLocks.DigestsOf(name) {
 		set[d] = true
 	}
-	w.ready.mu.Lock()
-	for _, r := range w.ready.refs {
+	for _, r := range w.ready.Refs() {
 		if n, d, err := template.ParseRef(r); err == nil && n == name && d != "" {
 			set[d] = true
 		}
 	}
-	w.ready.mu.Unlock()
 	out := make([]string, 0, len(set))
 	for d := range set {
 		out = append(out, d)
@@ -76,7 +75,7 @@ func (w *Worker) buildsOf(name, digest string) []string {
 // forgetBuild removes the ready snapshots (and their pooled VMs) that
 // name's build digest made, under that build's lock.
 func (w *Worker) forgetBuild(name, digest string) error {
-	defer w.tplLocks.write(digest)()
+	defer w.tplLocks.Write(digest)()
 	var errs []error
 	for _, s := range w.templateSnapshotDirs() {
 		sname, sdigest, ok := s.build()
@@ -89,7 +88,7 @@ func (w *Worker) forgetBuild(name, digest string) error {
 		}
 		w.log.Info("template ready snapshot removed", "template", s.ref, "snapshot", filepath.Base(s.dir))
 	}
-	w.ready.forget(func(r string) bool {
+	w.ready.Forget(func(r string) bool {
 		n, d, err := template.ParseRef(r)
 		return err == nil && n == name && d == digest
 	})
@@ -99,12 +98,9 @@ func (w *Worker) forgetBuild(name, digest string) error {
 // removeTemplateSnapshot drops the pool of snapshot dir and removes it;
 // the lock of its build held.
 func (w *Worker) removeTemplateSnapshot(dir string) error {
-	w.pool.forget(dir)
+	w.pool.Forget(dir)
 	key := filepath.Base(dir)
-	w.ready.mu.Lock()
-	delete(w.ready.verified, key)
-	delete(w.ready.failed, key)
-	w.ready.mu.Unlock()
+	w.ready.Drop(key)
 	return os.RemoveAll(dir)
 }
 
@@ -150,33 +146,10 @@ func (w *Worker) templateSnapshotDirs() []templateSnapshotDir {
 		}
 		s := templateSnapshotDir{dir: filepath.Join(w.templateSnapshotsDir(), e.Name())}
 		var m manifest
-		if readJSON(filepath.Join(s.dir, manifestFile), &m) == nil {
+		if snapfile.ReadJSON(filepath.Join(s.dir, manifestFile), &m) == nil {
 			s.ref = m.Template
 		}
 		out = append(out, s)
 	}
 	return out
 }
-
-// forget drops what the pools keep of snapshot snap: its target and its
-// ready VMs (stopped, their files removed).
-func (p *vmPool) forget(snap string) {
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	delete(p.targets, snap)
-	delete(p.failed, snap)
-	es := p.ready[snap]
-	delete(p.ready, snap)
-	for _, e := range es {
-		p.usedMiB -= e.memMiB
-	}
-	p.mu.Unlock()
-	for _, e := range es {
-		p.discard(e)
-	}
-}
-
-// errTargetGone: the pool's target was forgotten before its entry was made.
-var errTargetGone = errors.New("pool target forgotten")

@@ -12,6 +12,7 @@ import (
 	"github.com/space-sandbox/space/internal/faultinject"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // snapshotMargin is the free space a snapshot needs besides its reflinks
@@ -35,9 +36,9 @@ func (w *Worker) lifecycle(id string) (*sandbox, func(), error) {
 	return sb, sb.op.Unlock, nil
 }
 
-func wrongState(state, want string) error {
+func wrongState(state worker.VMState, want string) error {
 	return errdefs.New(errdefs.ErrConflict, "sandbox is %s; %s", state, want).
-		WithDetails(map[string]any{"state": state})
+		WithDetails(map[string]any{"state": string(state)})
 }
 
 // PauseSandbox implements worker.Lifecycle.
@@ -124,7 +125,7 @@ func (w *Worker) wakeSuspended(ctx context.Context, sb *sandbox) (worker.Sandbox
 	started := time.Now()
 	ph := startPhases()
 	snap := sb.path(suspendDir)
-	m, err := readManifest(snap)
+	m, err := snapfile.ReadManifest(snap)
 	if err != nil {
 		w.log.Error("suspend snapshot failed verification", "sandbox", id, "err", causeOf(err))
 		return worker.SandboxStatus{}, err
@@ -161,7 +162,7 @@ func (w *Worker) wakeSuspended(ctx context.Context, sb *sandbox) (worker.Sandbox
 // guest was frozen (made by a worker before suspends stopped freezing):
 // both calls at once on the one link.
 func (w *Worker) thawAndConfigure(ctx context.Context, sb *sandbox, m manifest, ph *phases) error {
-	if !m.guestFrozen() {
+	if !m.GuestFrozen() {
 		if err := w.configure(ctx, sb.agent, sb.spec); err != nil {
 			return fmt.Errorf("configure agent after wake: %w", err)
 		}
@@ -217,7 +218,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	faultinject.Point("suspend.saved")
 	m := manifest{CreatedAt: time.Now().UTC(), VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DeviceSet: sb.devices,
 		Frozen: new(bool)}
-	err = sealSnapshot(ctx, tmp, m)
+	err = snapfile.Seal(ctx, tmp, m)
 	if err == nil {
 		// With an object store the suspend counts once the snapshot is
 		// stored there and verified (suspend_upload.go); until then the
@@ -229,14 +230,14 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 		}
 		err = os.Rename(tmp, sb.path(suspendDir))
 		if err == nil {
-			err = syncDir(sb.dir)
+			err = snapfile.SyncDir(sb.dir)
 		}
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		_ = os.RemoveAll(sb.path(suspendDir))
 		w.undoSnapshotPause(ctx, sb, wasPaused)
-		return worker.SandboxStatus{}, diskError("seal suspend snapshot", err)
+		return worker.SandboxStatus{}, snapfile.DiskError("seal suspend snapshot", err)
 	}
 	// Sealed: from here the snapshot is the sandbox. Release the VM.
 	faultinject.Point("suspend.sealed")
@@ -254,7 +255,7 @@ func (w *Worker) SuspendSandbox(ctx context.Context, id string) (worker.SandboxS
 	_ = os.Remove(sb.path(memFile))
 	_ = os.Remove(sb.path(diskFile))
 	w.log.Info("sandbox suspended", "sandbox", id, "took", time.Since(started).Round(time.Millisecond),
-		"snapshot_bytes", dirBytes(sb.path(suspendDir)))
+		"snapshot_bytes", snapfile.DirBytes(sb.path(suspendDir)))
 	return sb.status(), nil
 }
 
@@ -272,7 +273,7 @@ func (w *Worker) snapshotPaused(ctx context.Context, sb *sandbox, dir string) (e
 	}
 	_ = os.RemoveAll(dir)
 	if err := os.Mkdir(dir, 0o700); err != nil {
-		return diskError("snapshot dir", err)
+		return snapfile.DiskError("snapshot dir", err)
 	}
 	defer func() {
 		if err != nil {
@@ -303,7 +304,7 @@ func (w *Worker) classifyDisk(what string, err error) error {
 		return err
 	}
 	if free, ferr := w.cfg.Storage.Free(context.Background()); ferr == nil && free < snapshotMargin {
-		return diskError(what, fmt.Errorf("%w (%d bytes free)", errdefs.ErrResourceExhausted, free))
+		return snapfile.DiskError(what, fmt.Errorf("%w (%d bytes free)", errdefs.ErrResourceExhausted, free))
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -38,6 +38,8 @@ import (
 	"github.com/space-sandbox/space/internal/storage"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/readysnap"
+	"github.com/space-sandbox/space/internal/worker/local/tpllock"
 )
 
 // Config wires a Worker.
@@ -100,16 +102,16 @@ type Worker struct {
 	root  string // <storage root>/sandboxes
 	exits chan worker.Exit
 
-	ready readySnapshots
-	pool  *vmPool   // nil when pools do not apply
-	wakes *wakePool // nil when wake slots do not apply
+	ready readysnap.Cache
+	pool  vmPool   // its Pool nil when pools do not apply
+	wakes wakePool // its Pool nil when wake slots do not apply
 	// ckMu: branches and restores read checkpoints (RLock) while
 	// DeleteCheckpoint removes them (Lock).
 	ckMu sync.RWMutex
 	// tplLocks: creates and pool fills make and read a template build's
 	// ready snapshots (shared) while ForgetTemplate removes them
 	// (exclusive), one lock per build (tpllock.go).
-	tplLocks templateLocks
+	tplLocks tpllock.Locks
 	// imageFetches: one fetch of a template image at a time per digest
 	// (template_fetch.go).
 	imageFetches keylock.Map
@@ -189,8 +191,8 @@ func (w *Worker) Exits() <-chan worker.Exit { return w.exits }
 func (w *Worker) Close() error {
 	w.closeOnce.Do(func() {
 		close(w.closed)
-		w.pool.close()
-		w.wakes.close()
+		w.pool.Close()
+		w.wakes.Close()
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, sb := range w.sandboxes {

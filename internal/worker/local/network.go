@@ -13,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // SecretLookup resolves a secret for the egress proxy at request time; scope
@@ -238,7 +239,7 @@ func (w *Worker) SetNetworkPolicy(ctx context.Context, id string, policy json.Ra
 	sb.spec.Network = append(json.RawMessage(nil), policy...)
 	spec := sb.spec
 	sb.mu.Unlock()
-	if err := writeJSON(sb.path(specFile), spec); err != nil {
+	if err := snapfile.WriteJSON(sb.path(specFile), spec); err != nil {
 		return fmt.Errorf("persist network policy: %w", errors.Join(errdefs.ErrInternal, err))
 	}
 	return nil

@@ -15,7 +15,10 @@ import (
 	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker/local/prestart"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // Pools take VMM start-up and the device-state load off the create path.
@@ -92,23 +95,11 @@ type poolTarget struct {
 	m    manifest
 }
 
-// vmPool is the worker's pools, one per template snapshot.
+// vmPool is the worker's create pools, one per template snapshot (its
+// dir), each entry a restored VM; with a nil Pool when pools do not apply
+// (every method is safe then, and finds nothing).
 type vmPool struct {
-	w         *Worker
-	size      int
-	budgetMiB int
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	kick   chan struct{}
-	done   chan struct{}
-
-	mu      sync.Mutex
-	targets map[string]poolTarget
-	ready   map[string][]*poolEntry
-	usedMiB int // ready entries and the one being made
-	failed  map[string]time.Time
-	stats   PoolStats // Made and Taken
+	*prestart.Pool[string, poolTarget, *poolEntry]
 }
 
 func (w *Worker) poolRoot() string { return filepath.Join(w.cfg.Storage.Root(), poolDir) }
@@ -116,190 +107,73 @@ func (w *Worker) poolRoot() string { return filepath.Join(w.cfg.Storage.Root(), 
 // startPool reaps what an earlier process left in the pool dir and, when
 // pools apply, starts the filler.
 func (w *Worker) startPool(ctx context.Context) {
-	w.reapPool(ctx)
+	w.reapDirVMs(ctx, w.poolRoot())
 	_, ok := w.cfg.Driver.(vmm.IncomingStarter)
 	if !ok || !w.canSnapshot() || w.cfg.PoolSize < 0 {
 		return
 	}
-	p := &vmPool{
-		w: w, size: w.cfg.PoolSize, budgetMiB: w.cfg.PoolMemoryMiB,
-		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		targets: map[string]poolTarget{}, ready: map[string][]*poolEntry{}, failed: map[string]time.Time{},
+	cfg := prestart.Config[string, poolTarget, *poolEntry]{
+		Size: w.cfg.PoolSize, BudgetMiB: w.cfg.PoolMemoryMiB,
+		MemMiB: func(t poolTarget) int { return t.m.MemoryMiB },
+		Make:   func(ctx context.Context, _ string, t poolTarget) (*poolEntry, error) { return w.makePoolEntry(ctx, t) },
+		Dead:   func(e *poolEntry) bool { return isDone(e.vm) },
+		// Under its build's lock, so ForgetTemplate never removes t's files
+		// while they are read, nor misses the entry made of them; while a
+		// forget of the build waits, the others' fills go on.
+		Lock:    func(_ string, t poolTarget) (func(), bool) { return w.lockPoolTarget(t) },
+		Discard: w.discardPoolEntry,
+		Failed: func(snap string, _ poolTarget, err error) {
+			w.log.Warn("pool entry not made", "snapshot", filepath.Base(snap), "err", causeOf(err))
+		},
 	}
-	if p.size == 0 {
-		p.size = DefaultPoolSize
+	if cfg.Size == 0 {
+		cfg.Size = DefaultPoolSize
 	}
-	if p.budgetMiB <= 0 {
-		p.budgetMiB = DefaultPoolMemoryMiB
+	if cfg.BudgetMiB <= 0 {
+		cfg.BudgetMiB = DefaultPoolMemoryMiB
 	}
-	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	w.pool = p
-	go p.run()
+	w.pool = vmPool{prestart.New(ctx, cfg)}
 }
 
-// reapPool stops the VMs under the pool dir and removes it.
-func (w *Worker) reapPool(ctx context.Context) {
-	dirs, _ := filepath.Glob(filepath.Join(w.poolRoot(), "*"))
-	for _, d := range dirs {
-		if vm, err := w.cfg.Driver.Recover(ctx, filepath.Join(d, vmDir)); err == nil {
-			_ = vm.Stop(ctx)
-		}
-		if err := os.RemoveAll(d); err != nil {
-			w.log.Warn("remove pool entry", "dir", filepath.Base(d), "err", err)
-		}
+// isDone reports whether vm has exited.
+func isDone(vm vmm.VM) bool {
+	select {
+	case <-vm.Done():
+		return true
+	default:
+		return false
 	}
 }
 
 // want makes snap a template the pool keeps VMs of.
-func (p *vmPool) want(snap string, m manifest) {
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	_, known := p.targets[snap]
-	p.targets[snap] = poolTarget{snap: snap, m: m}
-	p.mu.Unlock()
-	if !known {
-		p.poke()
+func (p vmPool) want(snap string, m manifest) {
+	if p.Want(snap, poolTarget{snap: snap, m: m}) {
+		p.Poke()
 	}
 }
 
-func (p *vmPool) poke() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// take returns a pooled VM restored from snap, or nil.
-func (p *vmPool) take(snap string) *poolEntry {
-	if p == nil {
+// take returns a pooled VM restored from snap, or nil. A take refills
+// poolRefillDelay later, a miss at once.
+func (p vmPool) take(snap string) *poolEntry {
+	e, ok := p.Take(snap)
+	if !ok {
+		p.Poke()
 		return nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.ready[snap]) > 0 {
-		e := p.ready[snap][0]
-		p.ready[snap] = p.ready[snap][1:]
-		p.usedMiB -= e.memMiB
-		select {
-		case <-e.vm.Done(): // died while pooled
-			go p.discard(e)
-			continue
-		default:
-		}
-		p.stats.Taken++
-		time.AfterFunc(poolRefillDelay, p.poke)
-		return e
-	}
-	p.poke()
-	return nil
+	time.AfterFunc(poolRefillDelay, p.Poke)
+	return e
 }
 
-// next picks a template short of entries and reserves its memory.
-func (p *vmPool) next() (poolTarget, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for snap, t := range p.targets {
-		if len(p.ready[snap]) >= p.size || p.usedMiB+t.m.MemoryMiB > p.budgetMiB {
-			continue
-		}
-		if at, ok := p.failed[snap]; ok && time.Since(at) < 30*time.Second {
-			continue
-		}
-		p.usedMiB += t.m.MemoryMiB
-		return t, true
-	}
-	return poolTarget{}, false
-}
-
-func (p *vmPool) run() {
-	defer close(p.done)
-	for {
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-p.kick:
-		}
-		for p.ctx.Err() == nil {
-			t, ok := p.next()
-			if !ok {
-				break
-			}
-			// Under its build's lock, so ForgetTemplate never removes t's
-			// files while they are read, nor misses the entry made of them;
-			// while a forget of the build waits, the others' fills go on.
-			unlock, locked := p.w.lockPoolTarget(t)
-			p.mu.Lock()
-			if !locked {
-				p.usedMiB -= t.m.MemoryMiB
-				p.failed[t.snap] = time.Now()
-				p.mu.Unlock()
-				continue
-			}
-			_, wanted := p.targets[t.snap]
-			p.mu.Unlock()
-			var e *poolEntry
-			err := errTargetGone
-			if wanted {
-				e, err = p.w.makePoolEntry(p.ctx, t)
-			}
-			p.mu.Lock()
-			if err == errTargetGone {
-				p.usedMiB -= t.m.MemoryMiB
-				p.mu.Unlock()
-				unlock()
-				continue
-			}
-			if err != nil {
-				p.usedMiB -= t.m.MemoryMiB
-				p.failed[t.snap] = time.Now()
-				p.mu.Unlock()
-				unlock()
-				if p.ctx.Err() == nil {
-					p.w.log.Warn("pool entry not made", "snapshot", filepath.Base(t.snap), "err", causeOf(err))
-				}
-				continue
-			}
-			delete(p.failed, t.snap)
-			p.stats.Made++
-			p.ready[t.snap] = append(p.ready[t.snap], e)
-			p.mu.Unlock()
-			unlock()
-		}
-	}
-}
-
-// close stops the filler and every pooled VM, and removes their files.
-func (p *vmPool) close() {
-	if p == nil {
-		return
-	}
-	p.cancel()
-	<-p.done
-	p.mu.Lock()
-	var all []*poolEntry
-	for snap, es := range p.ready {
-		all = append(all, es...)
-		delete(p.ready, snap)
-	}
-	p.usedMiB = 0
-	p.mu.Unlock()
-	for _, e := range all {
-		p.discard(e)
-	}
-}
-
-func (p *vmPool) discard(e *poolEntry) {
+func (w *Worker) discardPoolEntry(e *poolEntry) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e.client.Close()
 	if err := e.vm.Stop(ctx); err != nil {
-		p.w.log.Warn("stop pool vm", "err", err)
+		w.log.Warn("stop pool vm", "err", err)
 	}
 	if e.netns != nil {
-		if err := p.w.cfg.Network.Release(ctx, e.netns); err != nil {
-			p.w.log.Warn("release pool vm network", "err", err)
+		if err := w.cfg.Network.Release(ctx, e.netns); err != nil {
+			w.log.Warn("release pool vm network", "err", err)
 		}
 	}
 	_ = os.RemoveAll(e.dir)
@@ -311,14 +185,14 @@ func (w *Worker) makePoolEntry(ctx context.Context, t poolTarget) (_ *poolEntry,
 	_, _ = rand.Read(suffix)
 	dir := filepath.Join(w.poolRoot(), hex.EncodeToString(suffix))
 	if err := os.MkdirAll(filepath.Join(dir, vmDir), 0o700); err != nil {
-		return nil, diskError("pool dir", err)
+		return nil, snapfile.DiskError("pool dir", err)
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	set, err := t.m.deviceSet()
+	set, err := deviceSetOf(t.m)
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +291,7 @@ func (w *Worker) takePooled(ctx context.Context, sb *sandbox, snap string, m man
 	}
 	if err := w.netUpPooled(ctx, sb, e); err != nil {
 		w.log.Warn("pooled vm network unusable: restoring instead", "sandbox", sb.spec.ID, "err", err)
-		w.pool.discard(e)
+		w.pool.Discard(e)
 		return nil
 	}
 	return e
@@ -431,7 +305,7 @@ func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, 
 		err := w.adoptPoolEntry(sb, e, m)
 		if err != nil {
 			w.log.Warn("pooled vm unusable: restoring instead", "sandbox", sb.spec.ID, "err", err)
-			w.pool.discard(e)
+			w.pool.Discard(e)
 			_ = os.Remove(sb.path(memFile))
 			_ = os.Remove(sb.path(diskFile))
 			_ = os.MkdirAll(sb.path(vmDir), 0o700)
@@ -475,21 +349,15 @@ func (w *Worker) adoptPoolEntry(sb *sandbox, e *poolEntry, m manifest) error {
 
 // PoolStats counts the pooled VMs: Ready to be taken now, Made and Taken
 // since the worker started.
-type PoolStats struct {
-	Ready, Made, Taken int
-}
+type PoolStats = prestart.Stats
 
 // PoolStats reports the pools (zero when pools do not apply).
-func (w *Worker) PoolStats() PoolStats {
-	p := w.pool
-	if p == nil {
-		return PoolStats{}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := p.stats
-	for _, es := range p.ready {
-		st.Ready += len(es)
-	}
-	return st
+func (w *Worker) PoolStats() PoolStats { return w.pool.Stats() }
+
+// lockPoolTarget holds the lock of the build whose snapshot t is (a
+// snapshot that names no build was pruned at start), unless a forget of
+// that build holds it or waits for it.
+func (w *Worker) lockPoolTarget(t poolTarget) (unlock func(), ok bool) {
+	name, digest, _ := template.ParseRef(t.m.Template)
+	return w.tplLocks.TryRead(name, digest)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // restoreInto gives sb its own reflink copies of snapshot snap's memory and
@@ -128,7 +129,7 @@ func (w *Worker) verifyBeside(ctx context.Context, sb *sandbox, snap string, m m
 	done := make(chan result, 1)
 	go func() {
 		t0 := time.Now()
-		err := verifyFilesAt(ctx, m, func(name string) string {
+		err := snapfile.VerifyFilesAt(ctx, m, func(name string) string {
 			if name == memFile || name == diskFile {
 				return sb.path(name)
 			}

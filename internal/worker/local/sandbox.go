@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,13 +20,19 @@ import (
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
+
+// manifest is a snapshot's manifest (snapfile): what a restore needs.
+type manifest = snapfile.Manifest
 
 // Files in a sandbox's directory.
 const (
-	diskFile = "rootfs.ext4"
-	specFile = "sandbox.json"
-	vmDir    = "vm"
+	diskFile     = snapfile.DiskFile
+	memFile      = snapfile.MemFile
+	manifestFile = snapfile.ManifestFile
+	specFile     = "sandbox.json"
+	vmDir        = "vm"
 	// suspendDir holds the sealed suspend snapshot; suspendTmp one being
 	// written (removed when found at start-up).
 	suspendDir = "suspend"
@@ -82,7 +87,7 @@ func (sb *sandbox) dialAgent(ctx context.Context) (net.Conn, error) {
 func (sb *sandbox) path(name string) string { return filepath.Join(sb.dir, name) }
 
 // stateLocked is the VM state; sb.mu held.
-func (sb *sandbox) stateLocked() string {
+func (sb *sandbox) stateLocked() worker.VMState {
 	switch {
 	case sb.vm != nil:
 		select {
@@ -100,7 +105,7 @@ func (sb *sandbox) stateLocked() string {
 	return worker.VMStopped
 }
 
-func (sb *sandbox) state() string {
+func (sb *sandbox) state() worker.VMState {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.stateLocked()
@@ -117,13 +122,13 @@ func (sb *sandbox) status() worker.SandboxStatus {
 	if sb.vm != nil {
 		st.VMMPID = sb.vm.PID()
 	}
-	st.DiskBytes = allocatedBytes(sb.path(diskFile))
-	st.MemoryBytes = allocatedBytes(sb.path(memFile))
+	st.DiskBytes = snapfile.AllocatedBytes(sb.path(diskFile))
+	st.MemoryBytes = snapfile.AllocatedBytes(sb.path(memFile))
 	if sb.suspended {
 		// The live files are gone while suspended: the snapshot holds them.
-		st.SnapshotBytes = dirBytes(sb.path(suspendDir))
-		st.DiskBytes = allocatedBytes(filepath.Join(sb.dir, suspendDir, diskFile))
-		st.MemoryBytes = allocatedBytes(filepath.Join(sb.dir, suspendDir, memFile))
+		st.SnapshotBytes = snapfile.DirBytes(sb.path(suspendDir))
+		st.DiskBytes = snapfile.AllocatedBytes(filepath.Join(sb.dir, suspendDir, diskFile))
+		st.MemoryBytes = snapfile.AllocatedBytes(filepath.Join(sb.dir, suspendDir, memFile))
 	}
 	return st
 }
@@ -180,7 +185,7 @@ func (w *Worker) bootSpec(sb *sandbox, vcpus, memMiB int) vmm.BootSpec {
 // restoreSpec is the boot spec of sb's VM restored from a snapshot with
 // manifest m: its size and device set (devices.go).
 func (w *Worker) restoreSpec(sb *sandbox, m manifest) (vmm.BootSpec, error) {
-	set, err := m.deviceSet()
+	set, err := deviceSetOf(m)
 	if err != nil {
 		return vmm.BootSpec{}, err
 	}
@@ -224,7 +229,7 @@ func (w *Worker) CreateSandbox(ctx context.Context, spec worker.SandboxSpec) (_ 
 	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox dir: %w", err)
 	}
-	if err := writeJSON(sb.path(specFile), spec); err != nil {
+	if err := snapfile.WriteJSON(sb.path(specFile), spec); err != nil {
 		return worker.SandboxStatus{}, err
 	}
 	faultinject.Point("create.recorded")
@@ -322,7 +327,7 @@ func createMemFile(path string, memMiB int) error {
 	}
 	defer f.Close()
 	if err := f.Truncate(int64(memMiB) << 20); err != nil {
-		return diskError("size memory file", err)
+		return snapfile.DiskError("size memory file", err)
 	}
 	return nil
 }
@@ -443,26 +448,6 @@ func (w *Worker) teardown(ctx context.Context, sb *sandbox) error {
 		w.mu.Unlock()
 	}
 	return errors.Join(errs...)
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
 }
 
 // validID accepts ids that are safe as one path element.

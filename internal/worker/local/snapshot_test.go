@@ -197,7 +197,7 @@ func checkFile(t *testing.T, c worker.Guest, path string, want [32]byte) {
 	}
 }
 
-func wantState(t *testing.T, w *local.Worker, id, state string) worker.SandboxStatus {
+func wantState(t *testing.T, w *local.Worker, id string, state worker.VMState) worker.SandboxStatus {
 	t.Helper()
 	st, err := w.Sandbox(context.Background(), id)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // ImageStore holds template images by digest (cluster mode: a template is
@@ -74,7 +75,7 @@ func (w *Worker) loadTemplate(ctx context.Context, ref string) (template.Metadat
 func (w *Worker) fetchImage(ctx context.Context, is ImageStore, name, digest string) error {
 	parent := template.Dir(w.cfg.TemplatesDir, name)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return diskError("templates dir", err)
+		return snapfile.DiskError("templates dir", err)
 	}
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
@@ -96,7 +97,7 @@ func (w *Worker) fetchImage(ctx context.Context, is ImageStore, name, digest str
 		}
 		return fmt.Errorf("install fetched template: %w: %v", errdefs.ErrInternal, err)
 	}
-	return syncDir(parent)
+	return snapfile.SyncDir(parent)
 }
 
 // nameImage checks that the fetched build's metadata is of digest and
@@ -105,11 +106,11 @@ func (w *Worker) fetchImage(ctx context.Context, is ImageStore, name, digest str
 func nameImage(dir, name, digest string) error {
 	path := filepath.Join(dir, template.MetadataFile)
 	var m template.Metadata
-	if err := readJSON(path, &m); err != nil {
-		return dataLoss("fetched template metadata unreadable", err)
+	if err := snapfile.ReadJSON(path, &m); err != nil {
+		return snapfile.DataLoss("fetched template metadata unreadable", err)
 	}
 	if m.Digest != digest {
-		return dataLoss("fetched template metadata names another digest", fmt.Errorf("%s", m.Digest))
+		return snapfile.DataLoss("fetched template metadata names another digest", fmt.Errorf("%s", m.Digest))
 	}
 	if m.Name == name {
 		return nil
@@ -121,7 +122,7 @@ func nameImage(dir, name, digest string) error {
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return diskError("template metadata", err)
+		return snapfile.DiskError("template metadata", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("template metadata: %w: %v", errdefs.ErrInternal, err)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentclient"
@@ -19,50 +18,12 @@ import (
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // retryFailedSnapshot is how long a template whose ready snapshot could not
 // be made cold-boots before the worker tries again.
 const retryFailedSnapshot = 10 * time.Minute
-
-// readySnapshots keeps the template snapshots this process has verified,
-// and serialises making each one.
-type readySnapshots struct {
-	mu       sync.Mutex
-	building map[string]*sync.Mutex
-	verified map[string]manifest
-	failed   map[string]time.Time
-	refs     map[string]string // key -> the template build ("name@sha256:…")
-}
-
-// forget drops what is known of the snapshots of the builds match picks.
-func (r *readySnapshots) forget(match func(ref string) bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for key, ref := range r.refs {
-		if match(ref) {
-			delete(r.verified, key)
-			delete(r.failed, key)
-			delete(r.refs, key)
-		}
-	}
-}
-
-func (r *readySnapshots) lock(key string) func() {
-	r.mu.Lock()
-	if r.building == nil {
-		r.building, r.verified, r.failed = map[string]*sync.Mutex{}, map[string]manifest{}, map[string]time.Time{}
-		r.refs = map[string]string{}
-	}
-	m := r.building[key]
-	if m == nil {
-		m = &sync.Mutex{}
-		r.building[key] = m
-	}
-	r.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
 
 // templateKey names the ready snapshot of one template build at one VM
 // size, booted with this worker's kernel and initramfs: any of these
@@ -129,7 +90,7 @@ func (w *Worker) prepareTemplate(ctx context.Context, spec worker.SandboxSpec) (
 	if err != nil {
 		return "", manifest{}, nil, err
 	}
-	unlock := w.tplLocks.read(tpl.Name, tpl.Digest)
+	unlock := w.tplLocks.Read(tpl.Name, tpl.Digest)
 	dir, m, err := w.readySnapshot(ctx, tpl, spec)
 	if err != nil {
 		unlock()
@@ -144,13 +105,9 @@ func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec 
 	diskBytes := max(tpl.SizeBytes, int64(spec.DiskMiB)<<20)
 	key := w.templateKey(tpl, spec.VCPUs, spec.MemoryMiB, diskBytes)
 	dir := filepath.Join(w.templateSnapshotsDir(), key)
-	unlock := w.ready.lock(key)
+	unlock := w.ready.Lock(key)
 	defer unlock()
-	w.ready.mu.Lock()
-	w.ready.refs[key] = tpl.Ref()
-	m, verified := w.ready.verified[key]
-	failedAt, failed := w.ready.failed[key]
-	w.ready.mu.Unlock()
+	m, verified, failedAt, failed := w.ready.Look(key, tpl.Ref())
 	if verified {
 		return dir, m, nil
 	}
@@ -158,9 +115,9 @@ func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec 
 		return "", m, errdefs.New(errdefs.ErrUnavailable, "making the template's snapshot failed recently")
 	}
 	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err == nil {
-		m, err = verifySnapshot(ctx, dir)
+		m, err = snapfile.Verify(ctx, dir)
 		if err == nil {
-			w.markReady(key, m)
+			w.ready.Ready(key, m)
 			return dir, m, nil
 		}
 		w.log.Error("template snapshot damaged: making it again", "template", tpl.Ref(), "err", causeOf(err))
@@ -172,23 +129,14 @@ func (w *Worker) readySnapshot(ctx context.Context, tpl template.Metadata, spec 
 	m, err := w.makeTemplateSnapshot(ctx, tpl, spec, diskBytes, dir)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.ready.mu.Lock()
-			w.ready.failed[key] = time.Now()
-			w.ready.mu.Unlock()
+			w.ready.Failed(key)
 		}
 		return "", m, err
 	}
-	w.markReady(key, m)
+	w.ready.Ready(key, m)
 	w.log.Info("template ready snapshot made", "template", tpl.Ref(), "vcpus", spec.VCPUs,
 		"memory_mib", spec.MemoryMiB, "took", time.Since(started).Round(time.Millisecond))
 	return dir, m, nil
-}
-
-func (w *Worker) markReady(key string, m manifest) {
-	w.ready.mu.Lock()
-	defer w.ready.mu.Unlock()
-	w.ready.verified[key] = m
-	delete(w.ready.failed, key)
 }
 
 // makeTemplateSnapshot boots the template in a staging dir, waits for the
@@ -204,7 +152,7 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 	vmState := filepath.Join(filepath.Dir(w.templateSnapshotsDir()), "vm-"+hex.EncodeToString(suffix))
 	for _, d := range []string{staging, vmState} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return m, diskError("template snapshot dir", err)
+			return m, snapfile.DiskError("template snapshot dir", err)
 		}
 		defer os.RemoveAll(d) // staging is gone after the rename on success
 	}
@@ -261,16 +209,16 @@ func (w *Worker) makeTemplateSnapshot(ctx context.Context, tpl template.Metadata
 		return m, fmt.Errorf("stop template vm: %w", err)
 	}
 	m = manifest{CreatedAt: time.Now().UTC(), VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, Template: tpl.Ref(), DeviceSet: bootDeviceSet}
-	if err := sealSnapshot(ctx, staging, m); err != nil {
+	if err := snapfile.Seal(ctx, staging, m); err != nil {
 		return m, err
 	}
-	if err := readJSON(filepath.Join(staging, manifestFile), &m); err != nil {
+	if err := snapfile.ReadJSON(filepath.Join(staging, manifestFile), &m); err != nil {
 		return m, fmt.Errorf("template snapshot: %w: %v", errdefs.ErrInternal, err)
 	}
 	if err := os.Rename(staging, dir); err != nil {
 		return m, fmt.Errorf("template snapshot: %w: %v", errdefs.ErrInternal, err)
 	}
-	return m, syncDir(filepath.Dir(dir))
+	return m, snapfile.SyncDir(filepath.Dir(dir))
 }
 
 // awaitReadyCommand runs the template's ready command until it exits 0,

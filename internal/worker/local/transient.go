@@ -9,6 +9,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/vmm"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // transientFile, in a sandbox's directory, records what the worker itself has
@@ -28,8 +29,8 @@ type transient struct {
 }
 
 func (sb *sandbox) markTransient(t transient) error {
-	if err := writeJSON(sb.path(transientFile), t); err != nil {
-		return diskError("record "+t.Op+" in progress", err)
+	if err := snapfile.WriteJSON(sb.path(transientFile), t); err != nil {
+		return snapfile.DiskError("record "+t.Op+" in progress", err)
 	}
 	return nil
 }
@@ -39,7 +40,7 @@ func (sb *sandbox) clearTransient() { _ = os.Remove(sb.path(transientFile)) }
 // readTransient returns the recorded step in progress, if any.
 func (sb *sandbox) readTransient() (transient, bool) {
 	var t transient
-	if err := readJSON(sb.path(transientFile), &t); err != nil {
+	if err := snapfile.ReadJSON(sb.path(transientFile), &t); err != nil {
 		return t, false
 	}
 	return t, true
@@ -54,7 +55,7 @@ const adoptionTimeout = 30 * time.Second
 // written), or an error for a VM that cannot be resumed as it is (its
 // restore never finished, it broke). A snapshot still being written is
 // awaited.
-func vmRunState(ctx context.Context, vm vmm.VM) (string, error) {
+func vmRunState(ctx context.Context, vm vmm.VM) (worker.VMState, error) {
 	s, ok := vm.(vmm.StatusReporter)
 	if !ok {
 		return worker.VMRunning, nil

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker/local/prestart"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // Wake slots take the VMM's start off the wake path, as the create pool
@@ -88,23 +89,10 @@ type wakeSlot struct {
 	netns *network.Sandbox
 }
 
-// wakePool is the worker's wake slots.
+// wakePool is the worker's wake slots, by shape; with a nil Pool when
+// slots do not apply (every method is safe then, and finds nothing).
 type wakePool struct {
-	w         *Worker
-	size      int
-	budgetMiB int
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	kick   chan struct{}
-	done   chan struct{}
-
-	mu      sync.Mutex
-	shapes  []wakeShape // most recent first
-	ready   map[wakeShape][]*wakeSlot
-	usedMiB int
-	failed  map[wakeShape]time.Time
-	stats   PoolStats
+	*prestart.Pool[wakeShape, wakeShape, *wakeSlot]
 }
 
 func (w *Worker) wakePoolRoot() string { return filepath.Join(w.cfg.Storage.Root(), wakePoolDir) }
@@ -117,20 +105,26 @@ func (w *Worker) startWakePool(ctx context.Context) {
 	if !ok || !w.canSnapshot() || w.cfg.WakePoolSize < 0 {
 		return
 	}
-	p := &wakePool{
-		w: w, size: w.cfg.WakePoolSize, budgetMiB: w.cfg.WakePoolMemoryMiB,
-		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		ready: map[wakeShape][]*wakeSlot{}, failed: map[wakeShape]time.Time{},
+	cfg := prestart.Config[wakeShape, wakeShape, *wakeSlot]{
+		Size: w.cfg.WakePoolSize, BudgetMiB: w.cfg.WakePoolMemoryMiB, MaxTargets: wakeShapes,
+		// Let the wake or suspend that asked finish before the start
+		// competes with it for the CPU.
+		Settle:  poolRefillDelay,
+		MemMiB:  func(s wakeShape) int { return s.MemoryMiB },
+		Make:    func(ctx context.Context, s, _ wakeShape) (*wakeSlot, error) { return w.makeWakeSlot(ctx, s) },
+		Dead:    func(sl *wakeSlot) bool { return isDone(sl.vm) },
+		Discard: w.discardWakeSlot,
+		Failed: func(_, _ wakeShape, err error) {
+			w.log.Warn("wake slot not made", "err", causeOf(err))
+		},
 	}
-	if p.size == 0 {
-		p.size = DefaultWakePoolSize
+	if cfg.Size == 0 {
+		cfg.Size = DefaultWakePoolSize
 	}
-	if p.budgetMiB <= 0 {
-		p.budgetMiB = DefaultWakePoolMemoryMiB
+	if cfg.BudgetMiB <= 0 {
+		cfg.BudgetMiB = DefaultWakePoolMemoryMiB
 	}
-	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	w.wakes = p
-	go p.run()
+	w.wakes = wakePool{prestart.New(ctx, cfg)}
 }
 
 // reapDirVMs stops the VMs under root's entries and removes them.
@@ -155,174 +149,33 @@ func shapeOf(sb *sandbox) (wakeShape, bool) {
 	return wakeShape{VCPUs: sb.spec.VCPUs, MemoryMiB: sb.spec.MemoryMiB, DiskBytes: st.Size(), DeviceSet: sb.devices}, true
 }
 
-// want makes s the most recent shape and has the filler start what is
-// missing.
-func (p *wakePool) want(s wakeShape) {
-	if p == nil {
-		return
-	}
-	p.remember(s)
-	p.poke()
-}
-
-// remember makes s the most recent shape; slots of shapes that fall off
-// the list are stopped.
-func (p *wakePool) remember(s wakeShape) {
-	p.mu.Lock()
-	kept := []wakeShape{s}
-	for _, o := range p.shapes {
-		if o != s && len(kept) < wakeShapes {
-			kept = append(kept, o)
-		}
-	}
-	p.shapes = kept
-	var drop []*wakeSlot
-	for sh, ss := range p.ready {
-		if !p.wanted(sh) {
-			drop = append(drop, ss...)
-			for _, sl := range ss {
-				p.usedMiB -= sl.shape.MemoryMiB
-			}
-			delete(p.ready, sh)
-		}
-	}
-	p.mu.Unlock()
-	for _, sl := range drop {
-		go p.discard(sl)
-	}
-}
-
-func (p *wakePool) wanted(s wakeShape) bool {
-	for _, o := range p.shapes {
-		if o == s {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *wakePool) poke() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
+// want makes s the most recent shape (slots of shapes that fall off the
+// list are stopped) and has the filler start what is missing.
+func (p wakePool) want(s wakeShape) {
+	p.Want(s, s)
+	p.Poke()
 }
 
 // take returns a slot of shape s, or nil; either way s becomes the most
 // recent shape, and its slot is made again wakeRefillDelay later, so that
 // the new VMM's start does not compete with this wake's first commands.
-func (p *wakePool) take(s wakeShape) *wakeSlot {
-	if p == nil {
+func (p wakePool) take(s wakeShape) *wakeSlot {
+	if p.Pool == nil {
 		return nil
 	}
-	p.remember(s)
-	time.AfterFunc(wakeRefillDelay, p.poke)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.ready[s]) > 0 {
-		sl := p.ready[s][0]
-		p.ready[s] = p.ready[s][1:]
-		p.usedMiB -= sl.shape.MemoryMiB
-		select {
-		case <-sl.vm.Done(): // died while idle
-			go p.discard(sl)
-			continue
-		default:
-		}
-		p.stats.Taken++
-		return sl
-	}
-	return nil
+	p.Want(s, s)
+	time.AfterFunc(wakeRefillDelay, p.Poke)
+	sl, _ := p.Take(s)
+	return sl
 }
 
-// next picks a shape short of slots and reserves its memory.
-func (p *wakePool) next() (wakeShape, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, s := range p.shapes {
-		if len(p.ready[s]) >= p.size || p.usedMiB+s.MemoryMiB > p.budgetMiB {
-			continue
-		}
-		if at, ok := p.failed[s]; ok && time.Since(at) < 30*time.Second {
-			continue
-		}
-		p.usedMiB += s.MemoryMiB
-		return s, true
-	}
-	return wakeShape{}, false
-}
-
-func (p *wakePool) run() {
-	defer close(p.done)
-	for {
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-p.kick:
-		}
-		// Let the wake or suspend that asked finish before the start
-		// competes with it for the CPU.
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-time.After(poolRefillDelay):
-		}
-		for p.ctx.Err() == nil {
-			s, ok := p.next()
-			if !ok {
-				break
-			}
-			sl, err := p.w.makeWakeSlot(p.ctx, s)
-			p.mu.Lock()
-			if err != nil || !p.wanted(s) {
-				p.usedMiB -= s.MemoryMiB
-				if err != nil {
-					p.failed[s] = time.Now()
-				}
-				p.mu.Unlock()
-				if err != nil && p.ctx.Err() == nil {
-					p.w.log.Warn("wake slot not made", "err", causeOf(err))
-				}
-				if sl != nil {
-					p.discard(sl)
-				}
-				continue
-			}
-			delete(p.failed, s)
-			p.stats.Made++
-			p.ready[s] = append(p.ready[s], sl)
-			p.mu.Unlock()
-		}
-	}
-}
-
-// close stops the filler and every slot's VMM, and removes their files.
-func (p *wakePool) close() {
-	if p == nil {
-		return
-	}
-	p.cancel()
-	<-p.done
-	p.mu.Lock()
-	var all []*wakeSlot
-	for s, ss := range p.ready {
-		all = append(all, ss...)
-		delete(p.ready, s)
-	}
-	p.usedMiB = 0
-	p.mu.Unlock()
-	for _, sl := range all {
-		p.discard(sl)
-	}
-}
-
-func (p *wakePool) discard(sl *wakeSlot) {
+func (w *Worker) discardWakeSlot(sl *wakeSlot) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := sl.vm.Stop(ctx); err != nil {
-		p.w.log.Warn("stop pre-started vm", "err", err)
+		w.log.Warn("stop pre-started vm", "err", err)
 	}
-	p.w.releaseSlotNet(ctx, sl)
+	w.releaseSlotNet(ctx, sl)
 	_ = os.RemoveAll(sl.dir)
 }
 
@@ -333,7 +186,7 @@ func (w *Worker) makeWakeSlot(ctx context.Context, s wakeShape) (_ *wakeSlot, er
 	_, _ = rand.Read(suffix)
 	dir := filepath.Join(w.wakePoolRoot(), hex.EncodeToString(suffix))
 	if err := os.MkdirAll(filepath.Join(dir, vmDir), 0o700); err != nil {
-		return nil, diskError("wake slot dir", err)
+		return nil, snapfile.DiskError("wake slot dir", err)
 	}
 	defer func() {
 		if err != nil {
@@ -376,26 +229,14 @@ func (w *Worker) makeWakeSlot(ctx context.Context, s wakeShape) (_ *wakeSlot, er
 func createSparse(path string, size int64) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return diskError("wake slot disk", err)
+		return snapfile.DiskError("wake slot disk", err)
 	}
 	defer f.Close()
 	if err := f.Truncate(size); err != nil {
-		return diskError("wake slot disk", err)
+		return snapfile.DiskError("wake slot disk", err)
 	}
 	return nil
 }
 
 // WakePoolStats reports the wake slots (zero when they do not apply).
-func (w *Worker) WakePoolStats() PoolStats {
-	p := w.wakes
-	if p == nil {
-		return PoolStats{}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := p.stats
-	for _, ss := range p.ready {
-		st.Ready += len(ss)
-	}
-	return st
-}
+func (w *Worker) WakePoolStats() PoolStats { return w.wakes.Stats() }

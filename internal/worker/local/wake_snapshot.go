@@ -11,6 +11,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/faultinject"
 	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // createFromSnapshot makes sandbox req.ID on this worker from its suspend
@@ -56,8 +57,8 @@ func (w *Worker) createFromSnapshot(ctx context.Context, req worker.SandboxSpec)
 	if err := os.MkdirAll(sb.path(vmDir), 0o700); err != nil {
 		return worker.SandboxStatus{}, fmt.Errorf("sandbox dir: %w: %v", errdefs.ErrInternal, err)
 	}
-	if err := writeJSON(sb.path(specFile), sb.spec); err != nil {
-		return worker.SandboxStatus{}, diskError("write sandbox spec", err)
+	if err := snapfile.WriteJSON(sb.path(specFile), sb.spec); err != nil {
+		return worker.SandboxStatus{}, snapfile.DiskError("write sandbox spec", err)
 	}
 	if err := w.placeSnapshot(ctx, sb, dir); err != nil {
 		return worker.SandboxStatus{}, err
@@ -84,7 +85,7 @@ func (w *Worker) createFromSnapshot(ctx context.Context, req worker.SandboxSpec)
 func specOfSnapshot(meta json.RawMessage, id string) (worker.SandboxSpec, error) {
 	var spec worker.SandboxSpec
 	if err := json.Unmarshal(meta, &spec); err != nil || spec.ID != id || spec.VCPUs < 1 || spec.MemoryMiB < 1 {
-		return spec, dataLoss("the spec stored with the suspend snapshot is unreadable or not this sandbox's",
+		return spec, snapfile.DataLoss("the spec stored with the suspend snapshot is unreadable or not this sandbox's",
 			fmt.Errorf("meta of %d bytes (id %q): %v", len(meta), spec.ID, err))
 	}
 	spec.FromSnapshot, spec.FromCheckpoint = "", ""
@@ -101,7 +102,7 @@ func (w *Worker) placeSnapshot(ctx context.Context, sb *sandbox, dir string) err
 	tmp := sb.path(suspendTmp)
 	_ = os.RemoveAll(tmp)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return diskError("suspend dir", err)
+		return snapfile.DiskError("suspend dir", err)
 	}
 	for _, f := range files {
 		if err := w.cfg.Storage.Clone(ctx, filepath.Join(dir, f), filepath.Join(tmp, f)); err != nil {
@@ -109,13 +110,13 @@ func (w *Worker) placeSnapshot(ctx context.Context, sb *sandbox, dir string) err
 			return w.classifyDisk("copy snapshot "+f, err)
 		}
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := snapfile.SyncDir(tmp); err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
 	}
 	if err := os.Rename(tmp, sb.path(suspendDir)); err != nil {
 		_ = os.RemoveAll(tmp)
-		return diskError("place suspend snapshot", err)
+		return snapfile.DiskError("place suspend snapshot", err)
 	}
-	return syncDir(sb.dir)
+	return snapfile.SyncDir(sb.dir)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/vmm"
+	"github.com/space-sandbox/space/internal/worker/local/snapfile"
 )
 
 // takeWakeSlot gives sb a pre-started VMM (wake_pool.go) for snapshot snap
@@ -21,8 +22,8 @@ import (
 // made sb's; then sb's files are as before (none) and the caller restores
 // on a VMM of its own.
 func (w *Worker) takeWakeSlot(ctx context.Context, sb *sandbox, snap string, m manifest) vmm.VM {
-	set, err := m.deviceSet()
-	if w.wakes == nil || err != nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
+	set, err := deviceSetOf(m)
+	if w.wakes.Pool == nil || err != nil || m.Files[memFile].Size != int64(m.MemoryMiB)<<20 {
 		return nil
 	}
 	sl := w.wakes.take(wakeShape{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB, DiskBytes: m.Files[diskFile].Size, DeviceSet: set})
@@ -31,7 +32,7 @@ func (w *Worker) takeWakeSlot(ctx context.Context, sb *sandbox, snap string, m m
 	}
 	if err := w.placeOnSlot(ctx, sb, snap, m, sl); err != nil {
 		w.log.Warn("pre-started vm unusable: starting one", "sandbox", sb.spec.ID, "err", causeOf(err))
-		w.wakes.discard(sl)
+		w.wakes.Discard(sl)
 		_ = os.Remove(sb.path(memFile))
 		_ = os.Remove(sb.path(diskFile))
 		_ = os.MkdirAll(sb.path(vmDir), 0o700)
@@ -96,7 +97,7 @@ func cloneOnto(src, dst string) error {
 	if err := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())); err != nil {
 		out.Close()
 		if err == unix.ENOSPC {
-			return diskError("reflink", err)
+			return snapfile.DiskError("reflink", err)
 		}
 		return fmt.Errorf("reflink: %w: %v", errdefs.ErrInternal, err)
 	}

@@ -51,7 +51,7 @@ func specFromPB(p *workerpb.SandboxSpec) worker.SandboxSpec {
 
 func statusToPB(s worker.SandboxStatus) *workerpb.SandboxStatus {
 	return &workerpb.SandboxStatus{
-		Id: s.ID, State: s.State, VmmPid: int64(s.VMMPID), BootedAt: timeToPB(s.BootedAt), DiskBytes: s.DiskBytes,
+		Id: s.ID, State: string(s.State), VmmPid: int64(s.VMMPID), BootedAt: timeToPB(s.BootedAt), DiskBytes: s.DiskBytes,
 		MemoryBytes: s.MemoryBytes, SnapshotBytes: s.SnapshotBytes, Restored: s.Restored, Lost: s.Lost,
 		Spec: specToPB(s.Spec),
 	}
@@ -59,7 +59,7 @@ func statusToPB(s worker.SandboxStatus) *workerpb.SandboxStatus {
 
 func statusFromPB(p *workerpb.SandboxStatus) worker.SandboxStatus {
 	return worker.SandboxStatus{
-		ID: p.GetId(), State: p.GetState(), VMMPID: int(p.GetVmmPid()), BootedAt: timeFromPB(p.GetBootedAt()),
+		ID: p.GetId(), State: worker.VMState(p.GetState()), VMMPID: int(p.GetVmmPid()), BootedAt: timeFromPB(p.GetBootedAt()),
 		DiskBytes: p.GetDiskBytes(), MemoryBytes: p.GetMemoryBytes(), SnapshotBytes: p.GetSnapshotBytes(),
 		Restored: p.GetRestored(), Lost: p.GetLost(), Spec: specFromPB(p.GetSpec()),
 	}

@@ -73,7 +73,7 @@ func must[T any](t *testing.T, what string) func(T, error) T {
 	}
 }
 
-func wantState(t *testing.T, ctx context.Context, w worker.Worker, id, state string) {
+func wantState(t *testing.T, ctx context.Context, w worker.Worker, id string, state worker.VMState) {
 	t.Helper()
 	st, err := w.Sandbox(ctx, id)
 	if err != nil || st.State != state {
@@ -218,7 +218,7 @@ func testLifecycle(t *testing.T, h Harness) {
 		err := call()
 		wantClass(t, name, err, errdefs.ErrConflict)
 		var pub *errdefs.Public
-		if errors.As(err, &pub) && pub.Details["state"] != worker.VMSuspended {
+		if errors.As(err, &pub) && pub.Details["state"] != string(worker.VMSuspended) {
 			t.Errorf("%s: details %v, want state %s", name, pub.Details, worker.VMSuspended)
 		}
 	}

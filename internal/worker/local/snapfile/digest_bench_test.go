@@ -1,4 +1,4 @@
-package local
+package snapfile
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func benchMemFile(b *testing.B) (*storage.Store, string) {
 	return st, path
 }
 
-// BenchmarkFileDigest: fileDigest of a suspended memory file, hot (in the
+// BenchmarkFileDigest: FileDigest of a suspended memory file, hot (in the
 // page cache, as the suspend left it) and cold (a fresh reflink copy, as a
 // wake verifies: shared extents, no page cache of its own). cpu-ms/op is
 // this process's CPU (the hashers, and the page-cache fill the reads
@@ -74,7 +74,7 @@ func BenchmarkFileDigest(b *testing.B) {
 		b.SetBytes(256 << 20)
 		cpu := processCPU()
 		for b.Loop() {
-			if _, err := fileDigest(ctx, path); err != nil {
+			if _, err := FileDigest(ctx, path); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -92,7 +92,7 @@ func BenchmarkFileDigest(b *testing.B) {
 			}
 			c0 := processCPU()
 			b.StartTimer()
-			if _, err := fileDigest(ctx, cp); err != nil {
+			if _, err := FileDigest(ctx, cp); err != nil {
 				b.Fatal(err)
 			}
 			cpu += processCPU() - c0

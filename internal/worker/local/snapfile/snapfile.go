@@ -1,9 +1,19 @@
-package local
+// Package snapfile is the on-disk form of a VM snapshot: a dir of the
+// driver's device state, the guest RAM (MemFile) and the root disk
+// (DiskFile), sealed by a manifest (ManifestFile) written last that records
+// the VM's shape and every file's size and chunked SHA-256. It owns
+// sealing, reading and verifying that form, the digest, and the fsyncs and
+// error classes (data loss, full disk) that go with them.
+//
+// It knows nothing of sandboxes, VMMs, pools or object stores: the local
+// worker decides what a snapshot is of and where it lives.
+package snapfile
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +22,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,17 +31,18 @@ import (
 )
 
 // A snapshot dir holds what restores one VM: the driver's device state
-// file(s), the guest RAM (memFile) and the root disk (diskFile), plus
+// file(s), the guest RAM (MemFile) and the root disk (DiskFile), plus
 // manifest.json written last, which seals it. A dir without a manifest is
 // unfinished and is removed when found.
 const (
-	memFile      = "memory"
-	manifestFile = "manifest.json"
+	MemFile      = "memory"
+	DiskFile     = "rootfs.ext4"
+	ManifestFile = "manifest.json"
 )
 
-// manifest records what a snapshot needs to be restored and the checksum of
+// Manifest records what a snapshot needs to be restored and the checksum of
 // every file in it.
-type manifest struct {
+type Manifest struct {
 	Version   int       `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
 	VCPUs     int       `json:"vcpus"`
@@ -47,102 +59,102 @@ type manifest struct {
 	// older workers, which froze them. Other snapshots never freeze and
 	// leave it absent; only a wake reads it.
 	Frozen *bool                `json:"frozen,omitempty"`
-	Files  map[string]fileCheck `json:"files"`
+	Files  map[string]FileCheck `json:"files"`
 }
 
-// guestFrozen says whether a suspend snapshot's guest filesystems are
+// GuestFrozen says whether a suspend snapshot's guest filesystems are
 // frozen, so the wake must thaw them: yes unless the manifest says not.
-func (m manifest) guestFrozen() bool { return m.Frozen == nil || *m.Frozen }
+func (m Manifest) GuestFrozen() bool { return m.Frozen == nil || *m.Frozen }
 
-type fileCheck struct {
+type FileCheck struct {
 	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"` // see fileDigest
+	SHA256 string `json:"sha256"` // see FileDigest
 }
 
-// sealSnapshot checksums every regular file in dir and writes the manifest
+// Seal checksums every regular file in dir and writes the manifest
 // atomically (file then rename, then fsync of the dir).
-func sealSnapshot(ctx context.Context, dir string, m manifest) error {
+func Seal(ctx context.Context, dir string, m Manifest) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("seal snapshot: %w: %v", errdefs.ErrInternal, err)
 	}
-	m.Version, m.Files = 1, map[string]fileCheck{}
+	m.Version, m.Files = 1, map[string]FileCheck{}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == manifestFile {
+		if !e.Type().IsRegular() || e.Name() == ManifestFile {
 			continue
 		}
-		if err := syncFile(filepath.Join(dir, e.Name())); err != nil {
-			return diskError("sync snapshot file", err)
+		if err := SyncFile(filepath.Join(dir, e.Name())); err != nil {
+			return DiskError("sync snapshot file", err)
 		}
-		fc, err := fileDigest(ctx, filepath.Join(dir, e.Name()))
+		fc, err := FileDigest(ctx, filepath.Join(dir, e.Name()))
 		if err != nil {
 			return err
 		}
 		m.Files[e.Name()] = fc
 	}
-	if err := writeJSON(filepath.Join(dir, manifestFile), m); err != nil {
-		return diskError("write snapshot manifest", err)
+	if err := WriteJSON(filepath.Join(dir, ManifestFile), m); err != nil {
+		return DiskError("write snapshot manifest", err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-// verifySnapshot reads dir's manifest and checks every file it lists. A
+// Verify reads dir's manifest and checks every file it lists. A
 // missing manifest or file, or a checksum mismatch, wraps ErrDataLoss.
-func verifySnapshot(ctx context.Context, dir string) (manifest, error) {
-	m, err := readManifest(dir)
+func Verify(ctx context.Context, dir string) (Manifest, error) {
+	m, err := ReadManifest(dir)
 	if err != nil {
 		return m, err
 	}
-	return m, verifyFiles(ctx, dir, m)
+	return m, VerifyFiles(ctx, dir, m)
 }
 
-// readManifest reads dir's manifest without checking the files.
-func readManifest(dir string) (manifest, error) {
-	var m manifest
-	if err := readJSON(filepath.Join(dir, manifestFile), &m); err != nil {
-		return m, dataLoss("snapshot manifest unreadable", err)
+// ReadManifest reads dir's manifest without checking the files.
+func ReadManifest(dir string) (Manifest, error) {
+	var m Manifest
+	if err := ReadJSON(filepath.Join(dir, ManifestFile), &m); err != nil {
+		return m, DataLoss("snapshot manifest unreadable", err)
 	}
-	if len(m.Files) == 0 || m.Files[memFile].Size == 0 || m.Files[diskFile].Size == 0 {
-		return m, dataLoss("snapshot manifest incomplete", nil)
+	if len(m.Files) == 0 || m.Files[MemFile].Size == 0 || m.Files[DiskFile].Size == 0 {
+		return m, DataLoss("snapshot manifest incomplete", nil)
 	}
 	return m, nil
 }
 
-// verifyFiles checks every file m lists in dir against its checksum.
-func verifyFiles(ctx context.Context, dir string, m manifest) error {
-	return verifyFilesAt(ctx, m, func(name string) string { return filepath.Join(dir, name) })
+// VerifyFiles checks every file m lists in dir against its checksum.
+func VerifyFiles(ctx context.Context, dir string, m Manifest) error {
+	return VerifyFilesAt(ctx, m, func(name string) string { return filepath.Join(dir, name) })
 }
 
-// verifyFilesAt checks every file m lists, found at path(name), against its
+// VerifyFilesAt checks every file m lists, found at path(name), against its
 // checksum.
-func verifyFilesAt(ctx context.Context, m manifest, path func(name string) string) error {
+func VerifyFilesAt(ctx context.Context, m Manifest, path func(name string) string) error {
 	names := make([]string, 0, len(m.Files))
 	for n := range m.Files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		got, err := fileDigest(ctx, path(n))
+		got, err := FileDigest(ctx, path(n))
 		if err != nil {
 			if errors.Is(err, errdefs.ErrCancelled) {
 				return err
 			}
-			return dataLoss("snapshot file "+n+" unreadable", err)
+			return DataLoss("snapshot file "+n+" unreadable", err)
 		}
 		if got != m.Files[n] {
-			return dataLoss("snapshot file "+n+" does not match its checksum", nil)
+			return DataLoss("snapshot file "+n+" does not match its checksum", nil)
 		}
 	}
 	return nil
 }
 
-func dataLoss(what string, cause error) error {
+func DataLoss(what string, cause error) error {
 	return errdefs.New(errdefs.ErrDataLoss, "the sandbox's saved state is damaged or missing").
 		WithCause(fmt.Errorf("%s: %v", what, cause))
 }
 
-// diskError classifies a failed write: a full disk is resource_exhausted.
-func diskError(what string, err error) error {
+// DiskError classifies a failed write: a full disk is resource_exhausted.
+func DiskError(what string, err error) error {
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, errdefs.ErrResourceExhausted) {
 		return errdefs.New(errdefs.ErrResourceExhausted, "not enough free storage on the worker").
 			WithCause(fmt.Errorf("%s: %w", what, err))
@@ -150,7 +162,7 @@ func diskError(what string, err error) error {
 	return fmt.Errorf("%s: %w: %w", what, errdefs.ErrInternal, err)
 }
 
-// chunkSize is the unit fileDigest hashes independently.
+// chunkSize is the unit FileDigest hashes independently.
 const chunkSize = 4 << 20
 
 var (
@@ -158,7 +170,7 @@ var (
 	zeroChunkSum  [32]byte
 )
 
-// fileDigest is sha256 over the sha256 of each 4 MiB chunk of the file's
+// FileDigest is sha256 over the sha256 of each 4 MiB chunk of the file's
 // content (the last chunk may be short). Chunks are hashed in parallel, and
 // a chunk that lies entirely in a hole (sparse guest RAM) is known to be
 // zeros without reading it, so a mostly-empty 1 GiB memory file costs what
@@ -168,15 +180,15 @@ var (
 // its critical path, and the copy was a fifth of the CPU that costs. A
 // read error (a damaged extent) faults the mapping; the hasher recovers
 // it as an error.
-func fileDigest(ctx context.Context, path string) (fileCheck, error) {
+func FileDigest(ctx context.Context, path string) (FileCheck, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return fileCheck{}, err
+		return FileCheck{}, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return fileCheck{}, err
+		return FileCheck{}, err
 	}
 	size := st.Size()
 	n := int((size + chunkSize - 1) / chunkSize)
@@ -186,7 +198,7 @@ func fileDigest(ctx context.Context, path string) (fileCheck, error) {
 	var mapped []byte
 	if size > 0 {
 		if mapped, err = unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err != nil {
-			return fileCheck{}, err
+			return FileCheck{}, err
 		}
 		defer unix.Munmap(mapped)
 	}
@@ -236,16 +248,16 @@ func fileDigest(ctx context.Context, path string) (fileCheck, error) {
 	close(next)
 	wg.Wait()
 	if ctx.Err() != nil {
-		return fileCheck{}, fmt.Errorf("checksum %s: %w", filepath.Base(path), errdefs.ErrCancelled)
+		return FileCheck{}, fmt.Errorf("checksum %s: %w", filepath.Base(path), errdefs.ErrCancelled)
 	}
 	if ferr != nil {
-		return fileCheck{}, ferr
+		return FileCheck{}, ferr
 	}
 	h := sha256.New()
 	for i := range sums {
 		h.Write(sums[i][:])
 	}
-	return fileCheck{Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return FileCheck{Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // hashMapped hashes b, part of a file mapping; a fault reading it (an I/O
@@ -284,20 +296,20 @@ func dataMap(f *os.File, size int64) func(off, l int64) bool {
 	}
 }
 
-func syncDir(dir string) error {
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w: %v", filepath.Base(dir), errdefs.ErrInternal, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return diskError("sync snapshot dir", err)
+		return DiskError("sync snapshot dir", err)
 	}
 	return nil
 }
 
 // syncFile flushes one file's data to disk.
-func syncFile(path string) error {
+func SyncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -306,8 +318,8 @@ func syncFile(path string) error {
 	return f.Sync()
 }
 
-// dirBytes sums the allocated bytes of the regular files directly in dir.
-func dirBytes(dir string) int64 {
+// DirBytes sums the allocated bytes of the regular files directly in dir.
+func DirBytes(dir string) int64 {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
@@ -315,8 +327,43 @@ func dirBytes(dir string) int64 {
 	var n int64
 	for _, e := range entries {
 		if e.Type().IsRegular() {
-			n += allocatedBytes(filepath.Join(dir, e.Name()))
+			n += AllocatedBytes(filepath.Join(dir, e.Name()))
 		}
 	}
 	return n
+}
+
+// AllocatedBytes is the space a file occupies on disk (0 when unknown).
+// Shared reflinked extents are counted in full; it is an upper bound.
+func AllocatedBytes(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
+}
+
+// WriteJSON writes v to path atomically (a temporary file, then rename).
+func WriteJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadJSON reads path into v.
+func ReadJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
 }

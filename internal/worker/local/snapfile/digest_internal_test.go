@@ -1,4 +1,4 @@
-package local
+package snapfile
 
 import (
 	"context"
@@ -39,10 +39,10 @@ func TestFileDigest(t *testing.T) {
 		s := sha256.Sum256(data[off:min(off+chunkSize, size)])
 		h.Write(s[:])
 	}
-	want := fileCheck{Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}
-	got, err := fileDigest(context.Background(), path)
+	want := FileCheck{Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}
+	got, err := FileDigest(context.Background(), path)
 	if err != nil || got != want {
-		t.Fatalf("fileDigest = %+v, %v; want %+v", got, err, want)
+		t.Fatalf("FileDigest = %+v, %v; want %+v", got, err, want)
 	}
 
 	empty := filepath.Join(t.TempDir(), "empty")
@@ -50,7 +50,7 @@ func TestFileDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := sha256.New()
-	if got, err := fileDigest(context.Background(), empty); err != nil || got != (fileCheck{SHA256: hex.EncodeToString(e.Sum(nil))}) {
+	if got, err := FileDigest(context.Background(), empty); err != nil || got != (FileCheck{SHA256: hex.EncodeToString(e.Sum(nil))}) {
 		t.Fatalf("empty file: %+v, %v", got, err)
 	}
 }

@@ -1,13 +1,17 @@
-package local
+// Package tpllock is the local worker's locks on template builds: a
+// build's ready snapshots are made and read under its lock held shared
+// (creates, pool fills, PrepareTemplate) and removed under it held
+// exclusively (ForgetTemplate). One lock per build digest, so that a
+// forget waits only for its own template's work and no create of another
+// template waits behind it. It knows nothing of files, VMs or pools.
+package tpllock
 
 import (
 	"slices"
 	"sync"
-
-	"github.com/space-sandbox/space/internal/template"
 )
 
-// templateLocks keep a template build's ready snapshots while they are
+// Locks keep a template build's ready snapshots while they are
 // made and read: creates, pool fills and PrepareTemplate hold the build's
 // lock shared (through a boot and the template's ready command, when they
 // make the snapshot), ForgetTemplate exclusively while it removes them.
@@ -16,7 +20,7 @@ import (
 // other template never waits behind a forget (a Go RWMutex with a writer
 // waiting admits no new reader). Builds of equal content share a digest,
 // and their snapshot: its lock covers them all.
-type templateLocks struct {
+type Locks struct {
 	mu    sync.Mutex
 	locks map[string]*templateLock // by digest, while held or waited for
 }
@@ -28,7 +32,7 @@ type templateLock struct {
 }
 
 // get returns digest's lock with one more reference (for name, when set).
-func (l *templateLocks) get(name, digest string) *templateLock {
+func (l *Locks) get(name, digest string) *templateLock {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.locks == nil {
@@ -46,7 +50,7 @@ func (l *templateLocks) get(name, digest string) *templateLock {
 	return tl
 }
 
-func (l *templateLocks) put(name, digest string, tl *templateLock) {
+func (l *Locks) put(name, digest string, tl *templateLock) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if name != "" {
@@ -59,9 +63,9 @@ func (l *templateLocks) put(name, digest string, tl *templateLock) {
 	}
 }
 
-// read holds build digest of template name shared until unlock is called
+// Read holds build digest of template name shared until unlock is called
 // (once).
-func (l *templateLocks) read(name, digest string) (unlock func()) {
+func (l *Locks) Read(name, digest string) (unlock func()) {
 	tl := l.get(name, digest)
 	tl.rw.RLock()
 	return sync.OnceFunc(func() {
@@ -70,9 +74,9 @@ func (l *templateLocks) read(name, digest string) (unlock func()) {
 	})
 }
 
-// tryRead is read without the wait: false when digest is held or waited
+// TryRead is Read without the wait: false when digest is held or waited
 // for exclusively.
-func (l *templateLocks) tryRead(name, digest string) (unlock func(), ok bool) {
+func (l *Locks) TryRead(name, digest string) (unlock func(), ok bool) {
 	tl := l.get(name, digest)
 	if !tl.rw.TryRLock() {
 		l.put(name, digest, tl)
@@ -84,8 +88,8 @@ func (l *templateLocks) tryRead(name, digest string) (unlock func(), ok bool) {
 	}), true
 }
 
-// write holds build digest exclusively until unlock is called (once).
-func (l *templateLocks) write(digest string) (unlock func()) {
+// Write holds build digest exclusively until unlock is called (once).
+func (l *Locks) Write(digest string) (unlock func()) {
 	tl := l.get("", digest)
 	tl.rw.Lock()
 	return sync.OnceFunc(func() {
@@ -94,9 +98,9 @@ func (l *templateLocks) write(digest string) (unlock func()) {
 	})
 }
 
-// digestsOf lists the builds that work under template name holds or waits
+// DigestsOf lists the builds that work under template name holds or waits
 // for now.
-func (l *templateLocks) digestsOf(name string) []string {
+func (l *Locks) DigestsOf(name string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
@@ -107,12 +111,4 @@ func (l *templateLocks) digestsOf(name string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// lockPoolTarget holds the lock of the build whose snapshot t is (a
-// snapshot that names no build was pruned at start), unless a forget of
-// that build holds it or waits for it.
-func (w *Worker) lockPoolTarget(t poolTarget) (unlock func(), ok bool) {
-	name, digest, _ := template.ParseRef(t.m.Template)
-	return w.tplLocks.tryRead(name, digest)
 }
