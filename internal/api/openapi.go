@@ -146,10 +146,13 @@ var docs = map[string]doc{
 	"DELETE /v1/sandboxes/{id}/files": {summary: "Delete a path; a non-empty directory needs recursive=true", status: "204",
 		query: []param{pathParam, {"recursive", "boolean", "delete a directory with its contents"}}},
 
-	"POST /v1/admin/tenants":             {summary: "Create a tenant (admin)", body: "CreateTenantRequest", status: "201", resp: "TenantResponse"},
-	"POST /v1/admin/tenants/{name}/keys": {summary: "Create an API key for a tenant (admin); the key is shown only in this answer", body: "CreateKeyRequest", status: "201", resp: "KeyResponse"},
-	"DELETE /v1/admin/keys/{id}":         {summary: "Revoke an API key (admin)", status: "204"},
-	"GET /v1/admin/workers":              {summary: "List workers (admin)", status: "200", resp: "WorkerList"},
+	"POST /v1/admin/tenants":              {summary: "Create a tenant (admin)", body: "CreateTenantRequest", status: "201", resp: "TenantResponse"},
+	"GET /v1/admin/tenants":               {summary: "List tenants with their quotas and live sandbox counts (admin)", status: "200", resp: "TenantList"},
+	"GET /v1/admin/tenants/{name}/keys":   {summary: "List a tenant's API keys, revoked ones included (admin); never a key or its hash", status: "200", resp: "KeyList"},
+	"PUT /v1/admin/tenants/{name}/quotas": {summary: "Set a tenant's quotas (admin): the fields given replace its own, the others stay; 0 is unlimited", body: "SetQuotasRequest", status: "200", resp: "TenantInfoResponse"},
+	"POST /v1/admin/tenants/{name}/keys":  {summary: "Create an API key for a tenant (admin); the key is shown only in this answer", body: "CreateKeyRequest", status: "201", resp: "KeyResponse"},
+	"DELETE /v1/admin/keys/{id}":          {summary: "Revoke an API key (admin)", status: "204"},
+	"GET /v1/admin/workers":               {summary: "List workers (admin)", status: "200", resp: "WorkerList"},
 }
 
 var pathParamRE = regexp.MustCompile(`\{([a-z_]+)\}`)

@@ -223,7 +223,11 @@ func TestOpenAPIAnswers(t *testing.T) {
 	must(201, "POST", "/v1/admin/tenants", admin, []byte(`{"name":"conformance"}`))
 	var key struct{ ID string }
 	json.Unmarshal(must(201, "POST", "/v1/admin/tenants/conformance/keys", admin, nil), &key)
+	must(200, "GET", "/v1/admin/tenants/conformance/keys", admin, nil)
 	must(204, "DELETE", "/v1/admin/keys/"+key.ID, admin, nil)
+	must(200, "GET", "/v1/admin/tenants/conformance/keys", admin, nil)
+	must(200, "PUT", "/v1/admin/tenants/conformance/quotas", admin, []byte(`{"sandboxes":2,"memory_mib":1024}`))
+	must(200, "GET", "/v1/admin/tenants", admin, nil)
 	must(200, "GET", "/v1/admin/workers", admin, nil)
 
 	// Errors answer the document's error body.

@@ -64,6 +64,7 @@ var requestRequired = map[string][]string{
 	"ResizeRequest":           {"cols", "rows"},
 	"CreateTenantRequest":     {"name"},
 	"CreateKeyRequest":        nil,
+	"SetQuotasRequest":        nil,
 	"CreateTemplateRequest":   {"name", "source"},
 	"TemplateSource":          {"type"},
 	"TemplateDefaults":        nil,

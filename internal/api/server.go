@@ -286,6 +286,9 @@ func (s *Server) routeTable() []route {
 		{pattern: "DELETE /v1/sandboxes/{id}/files", auth: authTenant, h: s.deleteFile},
 
 		{pattern: "POST /v1/admin/tenants", auth: authAdmin, h: s.createTenant},
+		{pattern: "GET /v1/admin/tenants", auth: authAdmin, h: s.listTenants},
+		{pattern: "GET /v1/admin/tenants/{name}/keys", auth: authAdmin, h: s.listKeys},
+		{pattern: "PUT /v1/admin/tenants/{name}/quotas", auth: authAdmin, h: s.setQuotas},
 		{pattern: "POST /v1/admin/tenants/{name}/keys", auth: authAdmin, h: s.createKey},
 		{pattern: "DELETE /v1/admin/keys/{id}", auth: authAdmin, h: s.deleteKey},
 		{pattern: "GET /v1/admin/workers", auth: authAdmin, h: s.listWorkers},

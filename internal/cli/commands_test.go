@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // TestNetworkSecretsKeysCLI drives the commands over the network, secrets,
-// key format, workers and version routes against the API with the fake
+// key format, admin listing, workers and version routes against the API with the fake
 // worker.
 func TestNetworkSecretsKeysCLI(t *testing.T) {
 	url, key := server(t)
@@ -93,6 +94,33 @@ func TestNetworkSecretsKeysCLI(t *testing.T) {
 	e2bClient, _ := client.New(url, strings.TrimSpace(r.out), nil)
 	if _, err := e2bClient.ListSandboxes(t.Context(), client.SandboxFilter{}); err != nil {
 		t.Errorf("the e2b-format key does not work: %v", err)
+	}
+
+	e2bKey := strings.TrimSpace(r.out)
+
+	// The admin listings: tenants, keys (never the key itself), quotas.
+	if r.run("", "admin", "tenant", "list"); r.code != 0 || !strings.Contains(r.out, "QUOTA SANDBOXES") ||
+		!strings.Contains(r.out, "e2bteam") || !regexp.MustCompile(`(?m)^admin +ten_\S+ +1 +unlimited`).MatchString(r.out) {
+		t.Errorf("admin tenant list: %d %q %s", r.code, r.out, r.err)
+	}
+	if r.run("", "admin", "key", "list", "e2bteam", "--json"); r.code != 0 || strings.Contains(r.out, e2bKey) ||
+		!strings.Contains(r.out, `"format": "e2b"`) {
+		t.Errorf("admin key list --json: %d %q %s", r.code, r.out, r.err)
+	}
+	if r.run("", "admin", "key", "ls", "e2bteam"); r.code != 0 || strings.Contains(r.out, e2bKey) ||
+		!regexp.MustCompile(`(?m)^key_\S+ +e2b +false +\S+ +-$`).MatchString(r.out) {
+		t.Errorf("admin key ls: %d %q %s", r.code, r.out, r.err)
+	}
+	if r.run("", "admin", "key", "list", "nobody"); r.code != 1 || !strings.Contains(r.err, "not_found") {
+		t.Errorf("admin key list of an unknown tenant: %d %q", r.code, r.err)
+	}
+	if r.run("", "admin", "tenant", "quota", "e2bteam", "--sandboxes", "2", "--memory-mib", "2048"); r.code != 0 ||
+		strings.TrimSpace(r.out) != "e2bteam: sandboxes 2, vcpus unlimited, memory 2048MiB" {
+		t.Errorf("admin tenant quota: %d %q %s", r.code, r.out, r.err)
+	}
+	if r.run("", "admin", "tenant", "quota", "e2bteam", "--vcpus", "4", "--json"); r.code != 0 ||
+		!strings.Contains(r.out, `"sandboxes": 2`) || !strings.Contains(r.out, `"vcpus": 4`) {
+		t.Errorf("admin tenant quota --json: %d %q %s", r.code, r.out, r.err)
 	}
 
 	if r.run("", "admin", "workers"); r.code != 0 || !strings.Contains(r.out, "NAME") || !strings.Contains(r.out, "ready") {

@@ -30,8 +30,8 @@ var commandPaths = []struct{ path, flag string }{
 	{"template delete", "--force"},
 	{"op", ""}, {"op get", "--json"}, {"op wait", "--json"},
 	{"secret", ""}, {"secret set", "--from-file"}, {"secret list", "--json"}, {"secret delete", "--json"},
-	{"admin", ""}, {"admin tenant", ""}, {"admin tenant create", "--json"},
-	{"admin key", ""}, {"admin key create", "--format"}, {"admin key delete", "--json"}, {"admin workers", "--json"},
+	{"admin", ""}, {"admin tenant", ""}, {"admin tenant create", "--json"}, {"admin tenant list", "--json"},
+	{"admin tenant quota", "--memory-mib"}, {"admin key", ""}, {"admin key create", "--format"}, {"admin key list", "--json"}, {"admin key delete", "--json"}, {"admin workers", "--json"},
 	{"mcp", "--http"},
 	{"version", "--client"},
 }
@@ -111,6 +111,9 @@ func TestUnknown(t *testing.T) {
 		{[]string{"exec", "--bogus", "sbx_1", "--", "true"}, "unknown flag: --bogus"},
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"admin", "key", "create", "t", "--format", "pem"}, "--format must be space or e2b"},
+		{[]string{"admin", "tenant", "quota", "t"}, "give at least one of --sandboxes"},
+		{[]string{"admin", "tenant", "quota", "t", "--vcpus", "-1"}, "--vcpus must be 0 (unlimited) or more"},
+		{[]string{"admin", "key", "list"}, "want a tenant name"},
 		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},
 		{[]string{"help", "sandbox", "bogus"}, `unknown help topic "sandbox bogus"`},
 	} {

@@ -52,3 +52,22 @@ func (c *Client) ListSecrets(ctx context.Context, p Page) (*apiv1.SecretList, er
 func (c *Client) DeleteSecret(ctx context.Context, name string) error {
 	return c.do(ctx, "DELETE", "/v1/secrets/"+esc(name), nil, nil, nil)
 }
+
+// Tenants lists every tenant with its quotas and live sandbox count (admin).
+func (c *Client) Tenants(ctx context.Context) (*apiv1.TenantList, error) {
+	var out apiv1.TenantList
+	return &out, c.do(ctx, "GET", "/v1/admin/tenants", nil, nil, &out)
+}
+
+// Keys lists a tenant's API keys, revoked ones included (admin): ids and
+// formats, never a key.
+func (c *Client) Keys(ctx context.Context, tenant string) (*apiv1.KeyList, error) {
+	var out apiv1.KeyList
+	return &out, c.do(ctx, "GET", "/v1/admin/tenants/"+esc(tenant)+"/keys", nil, nil, &out)
+}
+
+// SetQuotas sets the quotas req gives of a tenant (admin); the others stay.
+func (c *Client) SetQuotas(ctx context.Context, tenant string, req apiv1.SetQuotasRequest) (*apiv1.TenantInfo, error) {
+	var out apiv1.TenantInfoResponse
+	return &out.Tenant, c.do(ctx, "PUT", "/v1/admin/tenants/"+esc(tenant)+"/quotas", nil, req, &out)
+}
