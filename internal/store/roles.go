@@ -6,13 +6,19 @@ import "context"
 // that its dependency says what it touches and a test can hand it a small
 // fake. Every Store is each of them.
 
-// Accounts is what authentication needs: tenants by name and API keys.
+// Accounts is what authentication and the admin's account listing need:
+// tenants (by name, listed, with their usage, their quota changed in one
+// transaction) and API keys.
 type Accounts interface {
 	CreateTenant(ctx context.Context, t *Tenant) error
 	GetTenantByName(ctx context.Context, name string) (*Tenant, error)
+	ListTenants(ctx context.Context) ([]*Tenant, error)
+	SandboxUsage(ctx context.Context, tenantID string) (Usage, error)
 	CreateAPIKey(ctx context.Context, k *APIKey) error
 	GetAPIKeyByHash(ctx context.Context, hash string) (*APIKey, error)
+	ListAPIKeys(ctx context.Context, tenantID string) ([]*APIKey, error)
 	RevokeAPIKey(ctx context.Context, id string) error
+	Atomic(ctx context.Context, fn func(ctx context.Context, tx Store) error) error
 }
 
 // Secrets is a tenant's sealed secrets.
