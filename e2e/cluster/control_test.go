@@ -19,15 +19,16 @@ const (
 	operationLease  = 5 * time.Second
 )
 
-// bigVCPUs is more than any worker offers (2): such a Pod never binds.
-const bigVCPUs = 3
+// bigMemoryMiB is more memory than any worker offers (2048 MiB; memory is
+// never overcommitted, vCPUs are): such a Pod never binds.
+const bigMemoryMiB = 4096
 
 // A create no worker can take stays pending with a progress step, then
 // ends resource_exhausted after --schedule-timeout; its Pod is gone and
 // the sandbox reads failed.
 func TestUnschedulableCreate(t *testing.T) {
 	r := replica(t, 0)
-	created := r.createSandbox(bigVCPUs, 256)
+	created := r.createSandbox(1, bigMemoryMiB)
 	id := created.Sandbox.ID
 	t.Cleanup(func() { r.deleteSandbox(id) })
 	step := ""
@@ -62,7 +63,7 @@ func TestUnschedulableCreate(t *testing.T) {
 // with the sandbox's state true and its Pod gone.
 func TestControlKilledMidOperation(t *testing.T) {
 	r0, r1 := replica(t, 0), replica(t, 1)
-	created := r0.createSandbox(bigVCPUs, 256) // waits for a binding that never comes
+	created := r0.createSandbox(1, bigMemoryMiB) // waits for a binding that never comes
 	id := created.Sandbox.ID
 	t.Cleanup(func() { r1.deleteSandbox(id) })
 	testenv.Eventually(t, 30*time.Second, func() error {

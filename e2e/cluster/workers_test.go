@@ -17,6 +17,7 @@ import (
 	"github.com/space-sandbox/space/internal/cluster/k8s"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/server"
 	"github.com/space-sandbox/space/internal/testenv"
 	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/remote"
@@ -48,8 +49,9 @@ func TestWorkersAreNodes(t *testing.T) {
 			t.Errorf("node %s: InternalIP %q port %q labels %v taints %v; want the worker at %s",
 				w.Name, ip, n.Annotations[k8s.AnnotationWorkerPort], n.Labels, n.Spec.Taints, w.Address)
 		}
-		if n.Status.Capacity.Cpu().Value() != 2 || n.Status.Capacity.Pods().Value() != 4 {
-			t.Errorf("node %s capacity %v, want 2 cpu and 4 pods", w.Name, n.Status.Capacity)
+		// The workers offer 2 vCPUs each, overcommitted by the default ratio.
+		if want := int64(2 * server.DefaultVCPUOvercommit); n.Status.Capacity.Cpu().Value() != want || n.Status.Capacity.Pods().Value() != 4 {
+			t.Errorf("node %s capacity %v, want %d cpu and 4 pods", w.Name, n.Status.Capacity, want)
 		}
 	}
 }
