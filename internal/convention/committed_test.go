@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // maxCommittedBytes bounds a file in the repository: past it a file is a
@@ -20,7 +22,7 @@ var elfMagic = []byte{0x7f, 'E', 'L', 'F'}
 // an ELF binary. Build outputs go to bin/ (ignored); a bench command is run
 // with `go run`, never committed built.
 func TestNoBuildOutputsCommitted(t *testing.T) {
-	root := moduleRoot(t)
+	root := testenv.ModuleRoot(t)
 	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
 	if err != nil {
 		t.Skipf("not a git checkout (%v): nothing to check", err)
@@ -80,25 +82,5 @@ func TestCommittedProblem(t *testing.T) {
 		if got := committedProblem(write(tc.name, tc.data)) != ""; got != tc.problem {
 			t.Errorf("%s: problem %v, want %v", tc.name, got, tc.problem)
 		}
-	}
-}
-
-// moduleRoot is the directory holding go.mod, found from the test's own
-// directory (go test runs it in internal/convention).
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
 	}
 }

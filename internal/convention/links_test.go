@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 var (
@@ -31,7 +33,7 @@ var (
 // browser. A document named in code (`docs/security.md`) counts as a
 // link, resolved from the document's directory or the repository's root.
 func TestNoDeadRelativeLinks(t *testing.T) {
-	root := moduleRoot(t)
+	root := testenv.ModuleRoot(t)
 	exists := repoPaths(t, root)
 	docs, _ := filepath.Glob(filepath.Join(root, "*.md"))
 	more, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
