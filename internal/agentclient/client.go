@@ -41,6 +41,10 @@ type Client struct {
 	dialing  *dialCall // the dial in progress, if any
 	closed   bool
 	timeouts Timeouts
+
+	// onAbuse, if set, is told of every link dropped because the guest
+	// broke its bounds (OnLinkAbuse).
+	onAbuse func()
 }
 
 // dialCall is one dial in progress, which concurrent calls share.
@@ -62,6 +66,11 @@ func New(dial DialFunc, log *slog.Logger) *Client {
 	}
 	return &Client{dial: dial, log: log, timeouts: DefaultTimeouts()}
 }
+
+// OnLinkAbuse has f called (after the Warn it logs) each time a link
+// session is dropped because the guest broke one of the link's bounds, so
+// the owner can count it. Call it before the client's first call.
+func (c *Client) OnLinkAbuse(f func()) { c.onAbuse = f }
 
 var errClosed = errdefs.New(errdefs.ErrUnavailable, "agent client closed")
 
@@ -176,6 +185,9 @@ func (c *Client) connect(ctx context.Context) (*yamux.Session, net.Conn, error) 
 	}
 	sess, err := agentproto.HostSession(synced, func(err error) {
 		c.log.Warn("agent link dropped: the guest broke its bounds", "err", err)
+		if c.onAbuse != nil {
+			c.onAbuse()
+		}
 	})
 	if err != nil {
 		_ = conn.Close()

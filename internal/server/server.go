@@ -66,8 +66,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
 		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout,
 		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
-		Logger:      log,
-		Network:     nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
+		// A link dropped for abuse holds nothing to count at once: the
+		// budget series count it as exhausted{budget="agent_link"}.
+		ObserveLinkAbuse: budget.New("agent_link", 0, budgets).Exhausted,
+		Logger:           log,
+		Network:          nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
 		PoolSize:     workerPoolSize(cfg.PoolSize),
 		WakePoolSize: workerPoolSize(cfg.WakePoolSize), WakePoolMemoryMiB: cfg.WakePoolMemoryMiB,
 	})

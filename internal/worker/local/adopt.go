@@ -46,7 +46,7 @@ func (w *Worker) adoptAll(ctx context.Context) error {
 			continue
 		}
 		g.Go(func() error {
-			w.adoptOne(ctx, newSandbox(spec, dir, w.log))
+			w.adoptOne(ctx, w.newSandbox(spec, dir))
 			return nil
 		})
 	}

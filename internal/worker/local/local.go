@@ -62,7 +62,10 @@ type Config struct {
 	DisableSnapshots bool
 	// ObserveBoot, if set, receives every successful create's duration.
 	ObserveBoot func(time.Duration)
-	Logger      *slog.Logger
+	// ObserveLinkAbuse, if set, is called each time a sandbox's agent link
+	// is dropped because its guest broke the link's bounds.
+	ObserveLinkAbuse func()
+	Logger           *slog.Logger
 	// Network and Egress, when both set, give every sandbox its own network
 	// namespace, a NIC and the egress path of its policy (network.go);
 	// without them sandboxes have no NIC and policies are refused.

@@ -14,7 +14,7 @@ import (
 // tears the half-made sandbox down (files, network, VM, table entry), and
 // in every case it releases the operation lock.
 func (w *Worker) register(ctx context.Context, spec worker.SandboxSpec) (sb *sandbox, done func(error), err error) {
-	sb = newSandbox(spec, w.dir(spec.ID), w.log)
+	sb = w.newSandbox(spec, w.dir(spec.ID))
 	sb.op.Lock() // uncontended: nobody can see sb before it is in the table
 	w.mu.Lock()
 	if _, dup := w.sandboxes[spec.ID]; dup {

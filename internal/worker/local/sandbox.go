@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,9 +64,10 @@ type sandbox struct {
 	devices   int              // the device set of its VM (devices.go); under op
 }
 
-func newSandbox(spec worker.SandboxSpec, dir string, log *slog.Logger) *sandbox {
+func (w *Worker) newSandbox(spec worker.SandboxSpec, dir string) *sandbox {
 	sb := &sandbox{spec: spec, dir: dir}
-	sb.agent = agentclient.New(sb.dialAgent, log.With("sandbox", spec.ID))
+	sb.agent = agentclient.New(sb.dialAgent, w.log.With("sandbox", spec.ID))
+	sb.agent.OnLinkAbuse(w.cfg.ObserveLinkAbuse)
 	return sb
 }
 
