@@ -182,7 +182,11 @@ func NewVolume(t testing.TB, agent string) Volume {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := st.Unmount(context.Background()); err != nil {
+		// A mount namespace another test process makes meanwhile (a VMM's
+		// jail, the Debian template builder) copies this mount as a peer,
+		// and the unmount is busy until that copy is gone (CheckNoLeaks
+		// below waits for the same reason): ask again, bounded.
+		if err := poll(2*time.Minute, func() error { return st.Unmount(context.Background()) }); err != nil {
 			t.Errorf("unmount test volume: %v", err)
 		}
 	})
