@@ -21,11 +21,12 @@ func TestSharedExclusivePerDigest(t *testing.T) {
 		t.Fatalf("DigestsOf(base) = %v, want [d1]", got)
 	}
 
-	written := make(chan struct{})
+	written, released := make(chan struct{}), make(chan struct{})
 	go func() {
 		unlock := l.Write("d1")
 		close(written)
 		unlock()
+		close(released)
 	}()
 	// A writer waits: new readers of d1 are refused, other digests are not.
 	testenv.Eventually(t, 5*time.Second, func() error {
@@ -59,6 +60,11 @@ func TestSharedExclusivePerDigest(t *testing.T) {
 		}
 		return nil
 	})
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer did not let go of d1")
+	}
 	u, ok = l.TryRead("base", "d1")
 	if !ok {
 		t.Fatal("TryRead refused after the writer let go")
