@@ -197,6 +197,23 @@ func (m kv) Set(s string) error {
 	return nil
 }
 
+// allPages asks fetch for pages (the first with an empty token) until one
+// comes without a next token, and returns every item in order.
+func allPages[T any](fetch func(token string) (items []T, next string, err error)) ([]T, error) {
+	all := []T{}
+	for token := ""; ; {
+		items, next, err := fetch(token)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, nil
+		}
+		token = next
+	}
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -90,18 +90,15 @@ func listSandboxes(ctx context.Context, env *Env, cl *call, state string, meta k
 	if err != nil {
 		return err
 	}
-	all := []apiv1.Sandbox{}
-	f := client.SandboxFilter{State: state, Metadata: meta, Page: client.Page{Size: 200}}
-	for {
-		l, err := c.ListSandboxes(ctx, f)
+	all, err := allPages(func(token string) ([]apiv1.Sandbox, string, error) {
+		l, err := c.ListSandboxes(ctx, client.SandboxFilter{State: state, Metadata: meta, Page: client.Page{Size: 200, Token: token}})
 		if err != nil {
-			return err
+			return nil, "", err
 		}
-		all = append(all, l.Sandboxes...)
-		if l.NextPageToken == "" {
-			break
-		}
-		f.Token = l.NextPageToken
+		return l.Sandboxes, l.NextPageToken, nil
+	})
+	if err != nil {
+		return err
 	}
 	if cl.json {
 		return printJSON(env.Stdout, all)

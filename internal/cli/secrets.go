@@ -68,18 +68,15 @@ func secretList(env *Env) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		all := []apiv1.Secret{}
-		p := client.Page{Size: 1000}
-		for {
-			l, err := c.ListSecrets(ctx, p)
+		all, err := allPages(func(token string) ([]apiv1.Secret, string, error) {
+			l, err := c.ListSecrets(ctx, client.Page{Size: 1000, Token: token})
 			if err != nil {
-				return err
+				return nil, "", err
 			}
-			all = append(all, l.Secrets...)
-			if l.NextPageToken == "" {
-				break
-			}
-			p.Token = l.NextPageToken
+			return l.Secrets, l.NextPageToken, nil
+		})
+		if err != nil {
+			return err
 		}
 		if cl.json {
 			return printJSON(env.Stdout, all)
