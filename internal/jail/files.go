@@ -59,21 +59,12 @@ func OpenIn(dir *os.File, name string, flag int, owner Owner) (*os.File, error) 
 	if filepath.Base(name) != name || name == "." || name == ".." {
 		return nil, fmt.Errorf("jail: file name %q: %w", name, errdefs.ErrInvalidArgument)
 	}
-	pfd, err := unix.Openat2(int(dir.Fd()), name, &unix.OpenHow{
-		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolveBeneath,
-	})
+	pfd, st, err := pathBeneath(dir, name)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-			return nil, refuse(name, "a symlink")
-		}
-		return nil, fmt.Errorf("jail: open %s: %w", name, errnoClass(err))
+		return nil, err
 	}
 	defer unix.Close(pfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, fmt.Errorf("jail: stat %s: %w: %v", name, errdefs.ErrInternal, err)
-	}
-	if err := check(name, &st, owner); err != nil {
+	if err := check(name, st, owner); err != nil {
 		return nil, err
 	}
 	// The O_PATH fd names the inode just checked; reopening it through
@@ -209,20 +200,11 @@ func DialUnix(ctx context.Context, path string) (net.Conn, error) {
 	}
 	defer dir.Close()
 	name := filepath.Base(path)
-	pfd, err := unix.Openat2(int(dir.Fd()), name, &unix.OpenHow{
-		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolveBeneath,
-	})
+	pfd, st, err := pathBeneath(dir, name)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-			return nil, refuse(name, "a symlink")
-		}
-		return nil, fmt.Errorf("jail: open %s: %w", name, errnoClass(err))
+		return nil, err
 	}
 	defer unix.Close(pfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, fmt.Errorf("jail: stat %s: %w: %v", name, errdefs.ErrInternal, err)
-	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return nil, refuse(name, fmt.Sprintf("not a socket (mode %#o)", st.Mode&unix.S_IFMT))
 	}
@@ -263,4 +245,25 @@ func errnoClass(err error) error {
 		return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
 	}
 	return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+}
+
+// pathBeneath opens name in dir as an O_PATH fd, never through a symlink
+// or out of dir, and stats what it names: the inode every later step
+// checks and uses. The caller closes the fd.
+func pathBeneath(dir *os.File, name string) (int, *unix.Stat_t, error) {
+	pfd, err := unix.Openat2(int(dir.Fd()), name, &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolveBeneath,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+			return -1, nil, refuse(name, "a symlink")
+		}
+		return -1, nil, fmt.Errorf("jail: open %s: %w", name, errnoClass(err))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		unix.Close(pfd)
+		return -1, nil, fmt.Errorf("jail: stat %s: %w: %v", name, errdefs.ErrInternal, err)
+	}
+	return pfd, &st, nil
 }
