@@ -79,7 +79,16 @@ func TestTenantShare(t *testing.T) {
 	if running != 2 {
 		t.Fatalf("%d of the flood's operations run, want its share of 2", running)
 	}
-	if n := counter(t, reg, "space_operation_tenant_share_waits_total", ""); n != float64(len(flood)-2) {
-		t.Fatalf("tenant share waits = %v, want the flood's %d beyond its share", n, len(flood)-2)
+	// Each target's operations run on a goroutine of its own, which may
+	// not have reached its tenant's share yet: wait, bounded, for all six.
+	want := float64(len(flood) - 2)
+	deadline := time.Now().Add(long)
+	n := counter(t, reg, "space_operation_tenant_share_waits_total", "")
+	for n < want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		n = counter(t, reg, "space_operation_tenant_share_waits_total", "")
+	}
+	if n != want {
+		t.Fatalf("tenant share waits = %v, want the flood's %v beyond its share", n, want)
 	}
 }
