@@ -11,7 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/netrange"
 	"github.com/space-sandbox/space/internal/server"
 )
 
@@ -175,7 +175,7 @@ func TestWorkerEgressPolicy(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range append(egress.PrivateRanges(), egress.NeverRanges()...) {
+	for _, p := range append(netrange.Private(), netrange.Never()...) {
 		if !slices.Contains(except, p.String()) {
 			t.Errorf("the internet rule does not except %s, which the egress proxy refuses", p)
 		}

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/netrange"
 )
 
 // The guard's audit rules: what a tenant learns when the guard, not its
@@ -51,58 +51,13 @@ type guard struct {
 // interface address is refused within this long.
 const localTTL = 2 * time.Second
 
-// neverRanges no operator setting opens.
-var neverRanges = prefixes(
-	"0.0.0.0/8",   // "this network", unspecified
-	"127.0.0.0/8", // loopback
-	"224.0.0.0/4", // multicast
-	"240.0.0.0/4", // reserved, limited broadcast
-	"::/128",      // unspecified
-	"::1/128",     // loopback
-	"ff00::/8",    // multicast
+// The ranges the guard refuses are netrange's: Never whatever the
+// operator says, Private unless allowPrivate opens them.
+var (
+	neverRanges   = netrange.Never()
+	privateRanges = netrange.Private()
+	metadataAddrs = netrange.Metadata()
 )
-
-// privateRanges are the networks refused unless the operator allows them
-// (Config.AllowPrivate): every IANA special-purpose range that is not
-// globally reachable and can hold a host a deployment runs (a node, a Pod
-// or Service, an object store, a database, a cloud's metadata service). The
-// documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24) are
-// not in it: nothing is ever numbered there, so refusing them protects
-// nothing. The benchmarking range 198.18.0.0/15 is: some networks number
-// internal hosts there to stay clear of RFC 1918 (and some resolvers hand
-// out fake answers from it).
-var privateRanges = prefixes(
-	"10.0.0.0/8",     // RFC 1918
-	"100.64.0.0/10",  // CGNAT (RFC 6598), also tailnets and some Pod networks
-	"169.254.0.0/16", // link-local, cloud metadata
-	"172.16.0.0/12",  // RFC 1918
-	"192.0.0.0/24",   // IETF protocol assignments
-	"192.168.0.0/16", // RFC 1918
-	"198.18.0.0/15",  // benchmarking (RFC 2544)
-	"fc00::/7",       // unique local (ULA), AWS metadata fd00:ec2::254
-	"fe80::/10",      // link-local
-	"64:ff9b::/96",   // NAT64: embeds any IPv4 address
-	"64:ff9b:1::/48", // local-use NAT64
-	"2002::/16",      // 6to4: embeds any IPv4 address
-)
-
-// metadataAddrs are cloud instance-metadata services (169.254.169.254: AWS,
-// GCP, Azure, OpenStack, Oracle and others; fd00:ec2::254: AWS over IPv6;
-// 100.100.100.200: Alibaba Cloud). They hand out the node's credentials.
-var metadataAddrs = []netip.Addr{
-	netip.MustParseAddr("169.254.169.254"),
-	netip.MustParseAddr("fd00:ec2::254"),
-	netip.MustParseAddr("100.100.100.200"),
-}
-
-// PrivateRanges are the ranges refused unless the operator allows them, and
-// NeverRanges those refused whatever the operator says (besides this
-// machine's addresses and any IPv6): for deployment tooling that mirrors
-// them (a NetworkPolicy's exceptions).
-func PrivateRanges() []netip.Prefix { return slices.Clone(privateRanges) }
-
-// NeverRanges: see PrivateRanges.
-func NeverRanges() []netip.Prefix { return slices.Clone(neverRanges) }
 
 // ParsePrefixes reads an operator's list of CIDRs ("10.0.0.0/8",
 // "fd00::/8") or single addresses, each element possibly a comma-separated
@@ -126,14 +81,6 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 		}
 	}
 	return out, nil
-}
-
-func prefixes(ss ...string) []netip.Prefix {
-	out := make([]netip.Prefix, len(ss))
-	for i, s := range ss {
-		out[i] = netip.MustParsePrefix(s)
-	}
-	return out
 }
 
 func newGuard(extra, allowPrivate []netip.Prefix) *guard {

@@ -213,3 +213,11 @@ func TestValidLabel(t *testing.T) {
 		}
 	}
 }
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}

@@ -62,7 +62,7 @@ type Config struct {
 	// plane's network and the cluster's Pod and Service ranges here
 	// (spaced's --egress-deny).
 	Forbidden []netip.Prefix
-	// AllowPrivate are the parts of the private ranges (PrivateRanges:
+	// AllowPrivate are the parts of the private ranges (netrange.Private:
 	// RFC 1918, CGNAT, link-local, ULA, benchmarking…) sandboxes may reach,
 	// as their policies allow (spaced's --egress-allow-private). Nil: none,
 	// whatever a tenant's policy says. A cloud metadata address opens only

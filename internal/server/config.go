@@ -51,7 +51,7 @@ type Config struct {
 	// the system store, for upstreams of intercepted HTTPS.
 	EgressCAFiles []string
 	// EgressAllowPrivate are the parts of the private ranges (RFC 1918,
-	// CGNAT, link-local, ULA, benchmarking; egress.PrivateRanges) that
+	// CGNAT, link-local, ULA, benchmarking; netrange.Private) that
 	// sandboxes may reach as their policies allow; by default none, so a
 	// sandbox reaches neither the host's networks nor the cluster's.
 	EgressAllowPrivate []netip.Prefix

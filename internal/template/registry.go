@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/netrange"
 )
 
 // Registry pulls are made on a tenant's word: an image reference names any
@@ -35,33 +36,7 @@ const unreachableMsg = "%s: registry unreachable or not allowed"
 
 // refusedRanges are the networks no tenant pull may reach unless its
 // registry is allowed by name: anything that is not the public internet.
-var refusedRanges = func() []netip.Prefix {
-	var ps []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8",      // "this network", unspecified
-		"10.0.0.0/8",     // RFC 1918
-		"100.64.0.0/10",  // CGNAT (RFC 6598)
-		"127.0.0.0/8",    // loopback
-		"169.254.0.0/16", // link-local, cloud metadata
-		"172.16.0.0/12",  // RFC 1918
-		"192.0.0.0/24",   // IETF protocol assignments
-		"192.168.0.0/16", // RFC 1918
-		"198.18.0.0/15",  // benchmarking
-		"224.0.0.0/4",    // multicast
-		"240.0.0.0/4",    // reserved, broadcast
-		"::/128",         // unspecified
-		"::1/128",        // loopback
-		"64:ff9b::/96",   // NAT64: embeds any IPv4 address
-		"64:ff9b:1::/48", // local-use NAT64
-		"2002::/16",      // 6to4: embeds any IPv4 address
-		"fc00::/7",       // unique local (ULA)
-		"fe80::/10",      // link-local
-		"ff00::/8",       // multicast
-	} {
-		ps = append(ps, netip.MustParsePrefix(s))
-	}
-	return ps
-}()
+var refusedRanges = netrange.NotPublic()
 
 // errRefused is the cause of a dial the policy refused.
 var errRefused = errors.New("refused by the template registry policy")
