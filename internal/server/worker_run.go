@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api"
+	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/worker"
@@ -75,6 +77,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		Network: netns, Egress: eg, PoolSize: workerPoolSize(cfg.PoolSize),
 		WakePoolSize: workerPoolSize(cfg.WakePoolSize), WakePoolMemoryMiB: cfg.WakePoolMemoryMiB,
 		Snapshots: snapshots, SandboxSecrets: sandboxSecrets,
+		// One port-connection budget per sandbox across its clients, as
+		// on the single node (a worker serves no metrics of its own yet).
+		PortConnections: budget.New(agentclient.PortBudget, agentclient.MaxPortConnections, nil),
 	})
 	if err != nil {
 		return err
