@@ -12,8 +12,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/network"
