@@ -32,7 +32,7 @@ type proc struct {
 	lostBytes int64
 	changed   chan struct{} // closed and replaced when an event is added
 	stdinOpen bool
-	readsIn   bool      // cat with no file: stdin goes to stdout
+	readsIn   bool          // cat with no file: stdin goes to stdout
 	wakeAt    time.Time     // when a sleep ends (zero: not sleeping)
 	remaining time.Duration // of a sleep, in a frozen copy (a checkpoint or a suspend)
 	timers    []*time.Timer
