@@ -68,8 +68,8 @@ func TestSimulateFlags(t *testing.T) {
 type listenSpy struct{ addr chan string }
 
 func (l listenSpy) Enabled(context.Context, slog.Level) bool { return true }
-func (l listenSpy) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l listenSpy) WithGroup(string) slog.Handler             { return l }
+func (l listenSpy) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l listenSpy) WithGroup(string) slog.Handler            { return l }
 func (l listenSpy) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == "spaced serving" {
 		r.Attrs(func(a slog.Attr) bool {

@@ -46,8 +46,8 @@ func newNodeObject(cfg Config, ip string, port int) *corev1.Node {
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   cfg.NodeName,
-			Labels: labels,
+			Name:        cfg.NodeName,
+			Labels:      labels,
 			Annotations: map[string]string{k8s.AnnotationWorkerPort: strconv.Itoa(port)},
 		},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: k8s.TaintSandbox, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
