@@ -39,7 +39,7 @@ func registerConfigFlags(fs *flag.FlagSet, cfg *Config, dataDirHelp string) *con
 	fs.Var(&f.features, "feature", "enable an incubating feature gate (repeatable)")
 	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "tests only: loopback address serving this process's memory and goroutine counts (GET /debug/runtime); empty: off")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "tests only: loopback address serving this process's memory and goroutine counts (GET /debug/runtime) and Go profiles (/debug/pprof/); empty: off")
 	return f
 }
 
