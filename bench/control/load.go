@@ -25,8 +25,38 @@ type bench struct {
 	debugURL string
 	run      string // makes this run's idempotency keys its own
 
-	mu  sync.Mutex
-	ids []string // sandboxes created and running
+	// tenants are the clients' API clients, one per tenant (client i
+	// uses tenants[i%len]); b.c, the admin's, when -tenants is 0.
+	tenants []*apiclient.Client
+
+	mu   sync.Mutex
+	live []liveSandbox // created and running
+}
+
+type liveSandbox struct {
+	id string
+	c  *apiclient.Client // its tenant's
+}
+
+// setUp makes -tenants tenants, each with a key.
+func (b *bench) setUp(ctx context.Context) error {
+	b.tenants = []*apiclient.Client{b.c}
+	if b.cfg.tenants == 0 {
+		return nil
+	}
+	b.tenants = nil
+	for i := range b.cfg.tenants {
+		name := fmt.Sprintf("bench-%d", i)
+		if err := b.c.Do(ctx, "POST", "/v1/admin/tenants", map[string]string{"name": name}, nil, 201); err != nil {
+			return err
+		}
+		var k struct{ Key string }
+		if err := b.c.Do(ctx, "POST", "/v1/admin/tenants/"+name+"/keys", map[string]string{}, &k, 201); err != nil {
+			return err
+		}
+		b.tenants = append(b.tenants, &apiclient.Client{URL: b.c.URL, Key: k.Key, HTTP: b.c.HTTP})
+	}
+	return nil
 }
 
 func newBench(cfg config, srv *apiclient.Server, debugURL string) *bench {
@@ -40,15 +70,15 @@ func newBench(cfg config, srv *apiclient.Server, debugURL string) *bench {
 var errTransient = errors.New("transient")
 
 // postCreate posts one create under key and returns its operation.
-func (b *bench) postCreate(ctx context.Context, key string) (id, op string, err error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", b.c.URL+"/v1/sandboxes", bytes.NewReader([]byte(`{"template":"base"}`)))
+func (b *bench) postCreate(ctx context.Context, c *apiclient.Client, key string) (id, op string, err error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", c.URL+"/v1/sandboxes", bytes.NewReader([]byte(`{"template":"base"}`)))
 	if err != nil {
 		return "", "", err
 	}
-	req.Header.Set("Authorization", "Bearer "+b.c.Key)
+	req.Header.Set("Authorization", "Bearer "+c.Key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := b.c.HTTP.Do(req)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return "", "", fmt.Errorf("%w: %v", errTransient, err)
 	}
@@ -71,13 +101,13 @@ func (b *bench) postCreate(ctx context.Context, key string) (id, op string, err 
 	return created.Sandbox.ID, created.Operation.ID, nil
 }
 
-// create makes sandbox number i to running; it returns how many POSTs
-// were repeated.
-func (b *bench) create(ctx context.Context, i int) (retries int, err error) {
+// create makes sandbox number i to running as c's tenant; it returns how
+// many POSTs were repeated.
+func (b *bench) create(ctx context.Context, c *apiclient.Client, i int) (retries int, err error) {
 	key := fmt.Sprintf("bench-control-%s-%d", b.run, i)
 	var id, op string
 	for attempt := 0; ; attempt++ {
-		id, op, err = b.postCreate(ctx, key)
+		id, op, err = b.postCreate(ctx, c, key)
 		if !errors.Is(err, errTransient) || attempt == 5 {
 			break
 		}
@@ -91,11 +121,11 @@ func (b *bench) create(ctx context.Context, i int) (retries int, err error) {
 	if err != nil {
 		return retries, err
 	}
-	if err := b.c.Wait(ctx, op, b.cfg.createTimeout); err != nil {
+	if err := c.Wait(ctx, op, b.cfg.createTimeout); err != nil {
 		return retries, err
 	}
 	b.mu.Lock()
-	b.ids = append(b.ids, id)
+	b.live = append(b.live, liveSandbox{id: id, c: c})
 	b.mu.Unlock()
 	return retries, nil
 }
@@ -115,7 +145,8 @@ func (b *bench) creates(ctx context.Context) (createStats, time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for range b.cfg.clients {
+	for n := range b.cfg.clients {
+		c := b.tenants[n%len(b.tenants)]
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1))
@@ -123,7 +154,7 @@ func (b *bench) creates(ctx context.Context) (createStats, time.Duration) {
 					return
 				}
 				c0 := time.Now()
-				retries, err := b.create(ctx, i)
+				retries, err := b.create(ctx, c, i)
 				d := time.Since(c0)
 				mu.Lock()
 				s.retries += retries
@@ -146,8 +177,8 @@ func (b *bench) creates(ctx context.Context) (createStats, time.Duration) {
 // reads measures GETs of random live sandboxes and list pages, at once
 // over the clients.
 func (b *bench) reads(ctx context.Context) (get, list stats.Series) {
-	get = stats.Series{Name: fmt.Sprintf("GET /v1/sandboxes/{id}, %d live", len(b.ids)), Unit: "ms"}
-	list = stats.Series{Name: fmt.Sprintf("GET /v1/sandboxes (page of %d), %d live", b.cfg.pageSize, len(b.ids)), Unit: "ms"}
+	get = stats.Series{Name: fmt.Sprintf("GET /v1/sandboxes/{id}, %d live", len(b.live)), Unit: "ms"}
+	list = stats.Series{Name: fmt.Sprintf("GET /v1/sandboxes (page of %d), %d live", b.cfg.pageSize, len(b.live)), Unit: "ms"}
 	var next atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -159,12 +190,13 @@ func (b *bench) reads(ctx context.Context) (get, list stats.Series) {
 				if i > total || ctx.Err() != nil {
 					return
 				}
-				series, path := &get, "/v1/sandboxes/"+b.ids[rand.IntN(len(b.ids))]
+				sb := b.live[rand.IntN(len(b.live))]
+				series, path := &get, "/v1/sandboxes/"+sb.id
 				if (i-1)*b.cfg.lists/total != i*b.cfg.lists/total { // exactly -lists of them, spread evenly
 					series, path = &list, "/v1/sandboxes?page_size="+strconv.Itoa(b.cfg.pageSize)
 				}
 				t0 := time.Now()
-				if err := b.c.Do(ctx, "GET", path, nil, nil, 200); err != nil {
+				if err := sb.c.Do(ctx, "GET", path, nil, nil, 200); err != nil {
 					continue // a failed read counts nowhere; the table's runs say how many succeeded
 				}
 				d := time.Since(t0)

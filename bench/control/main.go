@@ -39,7 +39,8 @@ import (
 
 type config struct {
 	mode, spaced, serverArgs, pprof string
-	clients, sandboxes              int
+	clients, sandboxes, tenants     int
+	replicas, workers               int
 	reads, lists, pageSize          int
 	createTimeout, maxTime          time.Duration
 	pprofSeconds                    int
@@ -62,6 +63,7 @@ type result struct {
 
 	Mode           string  `json:"mode"`
 	Clients        int     `json:"clients"`
+	Tenants        int     `json:"tenants"`
 	CreateFailures int     `json:"create_failures"`
 	CreateRetries  int     `json:"create_retries"`
 	GetP50Ms       float64 `json:"get_p50_ms"`
@@ -85,9 +87,13 @@ func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench/control", flag.ContinueOnError)
 	fs.StringVar(&cfg.mode, "mode", "single", "single: one spaced with SQLite and the simulated worker (cluster: not built yet)")
+	fs.IntVar(&cfg.replicas, "replicas", 1, "control replicas (single: 1)")
+	fs.IntVar(&cfg.workers, "workers", 1, "simulated workers (single: 1)")
 	fs.StringVar(&cfg.spaced, "spaced", "bin/spaced", "spaced binary to start")
 	fs.StringVar(&cfg.serverArgs, "server-args", "", "more spaced flags, space-separated (e.g. the --simulate-* knobs)")
 	fs.IntVar(&cfg.clients, "clients", 32, "concurrent clients")
+	fs.IntVar(&cfg.tenants, "tenants", 0, "tenants the clients are spread over, each with its own key (0: all as the admin's own tenant); "+
+		"the operation engine gives one tenant at most half its slots")
 	fs.IntVar(&cfg.sandboxes, "sandboxes", 1000, "sandboxes created, then held live for the reads")
 	fs.IntVar(&cfg.reads, "reads", 2000, "GET /v1/sandboxes/{id} in all, at the live count")
 	fs.IntVar(&cfg.lists, "lists", 200, "GET /v1/sandboxes (one page) in all, at the live count")
@@ -107,6 +113,10 @@ func parseFlags(args []string) (config, error) {
 		return config{}, fmt.Errorf("-mode cluster is not built yet: only -mode single runs")
 	case cfg.mode != "single":
 		return config{}, fmt.Errorf("-mode must be single, not %q", cfg.mode)
+	case cfg.replicas != 1 || cfg.workers != 1:
+		return config{}, fmt.Errorf("-mode single runs 1 replica and 1 worker; more need -mode cluster, not built yet")
+	case cfg.tenants < 0:
+		return config{}, fmt.Errorf("-tenants must be 0 or more")
 	case cfg.clients < 1 || cfg.sandboxes < 1 || cfg.reads < 1 || cfg.lists < 1 || cfg.pageSize < 1:
 		return config{}, fmt.Errorf("-clients, -sandboxes, -reads, -lists and -page-size must be positive")
 	case cfg.pprofSeconds < 1:
@@ -140,7 +150,10 @@ func run(cfg config, out io.Writer) error {
 // measure runs the phases and reports them.
 func (b *bench) measure(ctx context.Context, out io.Writer) error {
 	cfg := b.cfg
-	if _, err := b.create(ctx, -1); err != nil { // a warm-up, outside the figures
+	if err := b.setUp(ctx); err != nil {
+		return fmt.Errorf("tenants: %w", err)
+	}
+	if _, err := b.create(ctx, b.tenants[0], -1); err != nil { // a warm-up, outside the figures
 		return fmt.Errorf("first create: %w", err)
 	}
 	rss0, err := b.rss(ctx)
@@ -165,7 +178,7 @@ func (b *bench) measure(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	live := len(b.ids)
+	live := len(b.live)
 	get, list := b.reads(ctx)
 
 	r := result{
@@ -173,12 +186,13 @@ func (b *bench) measure(ctx context.Context, out io.Writer) error {
 		CreateP50Ms:      creates.latency.Median(), CreateP99Ms: stats.Percentile(creates.latency.Samples, 99),
 		GetP99Ms: stats.Percentile(get.Samples, 99), ListP99Ms: stats.Percentile(list.Samples, 99),
 		GetP50Ms: get.Median(), ListP50Ms: list.Median(),
-		LiveSandboxes: live, Replicas: 1, Workers: 1, Store: "sqlite", Mode: cfg.mode, Clients: cfg.clients,
+		LiveSandboxes: live, Replicas: 1, Workers: 1, Store: "sqlite", Mode: cfg.mode, Clients: cfg.clients, Tenants: len(b.tenants),
 		CreateFailures: creates.failed, CreateRetries: creates.retries,
 		RSSMiB:               float64(rss1) / (1 << 20),
 		RSSMiBPer1kSandboxes: float64(int64(rss1)-int64(rss0)) / (1 << 20) / float64(live) * 1000,
 	}
-	fmt.Fprintf(out, "bench/control: single node, SQLite, simulated worker; %d clients, %d live sandboxes\n", cfg.clients, live)
+	fmt.Fprintf(out, "bench/control: single node, SQLite, simulated worker; %d clients of %d tenants, %d live sandboxes\n",
+		cfg.clients, len(b.tenants), live)
 	stats.Print(out, creates.latency, get, list)
 	fmt.Fprintf(out, "creates: %.1f/s sustained to running (%d in %s), %d failed, %d retried\n",
 		r.CreatesPerSecond, len(creates.latency.Samples), elapsed.Round(time.Millisecond), creates.failed, creates.retries)
