@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/worker"
+	"github.com/space-sandbox/space/internal/worker/remote"
 	"github.com/space-sandbox/space/internal/worker/sim"
 )
 
@@ -64,14 +67,18 @@ func TestSimulateFlags(t *testing.T) {
 	}
 }
 
-// listenSpy is a slog handler that hands on the address of "spaced serving".
-type listenSpy struct{ addr chan string }
+// listenSpy is a slog handler that hands on the listen address of the
+// record msg (default "spaced serving").
+type listenSpy struct {
+	addr chan string
+	msg  string
+}
 
 func (l listenSpy) Enabled(context.Context, slog.Level) bool { return true }
 func (l listenSpy) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l listenSpy) WithGroup(string) slog.Handler            { return l }
 func (l listenSpy) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "spaced serving" {
+	if msg := cmp.Or(l.msg, "spaced serving"); r.Message == msg {
 		r.Attrs(func(a slog.Attr) bool {
 			if a.Key == "listen" {
 				l.addr <- a.Value.String()
@@ -128,5 +135,52 @@ func TestRunSimulated(t *testing.T) {
 	}
 	if len(list.Workers) != 1 || !list.Workers[0].Simulated || list.Workers[0].State != apiv1.WorkerReady {
 		t.Errorf("workers %+v, want one ready, simulated", list.Workers)
+	}
+}
+
+// `spaced worker --simulate` serves the simulated worker over the worker
+// protocol without root or a host, with the token file it makes.
+func TestRunWorkerSimulated(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := ParseWorkerFlags([]string{"--simulate", "--listen", "127.0.0.1:0", "--data-dir", dir, "--simulate-create-latency", "1ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	spy := listenSpy{addr: make(chan string, 1), msg: "spaced worker serving the worker protocol"}
+	done := make(chan error, 1)
+	go func() { done <- RunWorker(ctx, cfg, slog.New(spy)) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("RunWorker did not end")
+		}
+	})
+	var addr string
+	select {
+	case addr = <-spy.addr:
+	case err := <-done:
+		t.Fatalf("RunWorker: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no worker serving in 30s")
+	}
+	tok, _, err := remote.EnsureToken(cfg.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := remote.NewClient(remote.ClientConfig{Address: addr, Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ccancel()
+	if _, err := c.CreateSandbox(cctx, worker.SandboxSpec{ID: "sbx_sim", Template: "base", VCPUs: 1, MemoryMiB: 256}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Sandbox(cctx, "sbx_sim"); err != nil || st.State != worker.VMRunning {
+		t.Errorf("sandbox: %+v, %v", st, err)
 	}
 }
