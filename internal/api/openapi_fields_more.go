@@ -198,6 +198,7 @@ var moreFieldDocs = map[string]fieldDoc{
 	"Worker.allocated":           {desc: "What its running and paused sandboxes take (a cluster: memory includes each VMM's overhead)"},
 	"Worker.address":             {desc: "The worker protocol's address (absent on a single node)"},
 	"Worker.error":               {desc: "Why it is not ready, when it can say"},
+	"Worker.simulated":           {desc: "True for a simulated worker (--simulate): no VMs run, its sandboxes are kept in memory for capacity planning"},
 	"WorkerResources.vcpus":      {desc: "vCPUs"},
 	"WorkerResources.memory_mib": {desc: "Memory in MiB"},
 	"WorkerResources.sandboxes":  {desc: "Sandboxes"},

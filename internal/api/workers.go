@@ -32,7 +32,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
 		for _, h := range hosts {
 			capacity := resourcesOf(h.Capacity)
 			wk := apiv1.Worker{Name: h.Name, State: apiv1.WorkerNotReady, Capacity: &capacity,
-				Allocated: resourcesOf(h.Allocated), Address: h.Address}
+				Allocated: resourcesOf(h.Allocated), Address: h.Address, Simulated: h.Simulated}
 			if h.Ready {
 				wk.State = apiv1.WorkerReady
 			}
@@ -41,7 +41,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
-	wk := apiv1.Worker{Name: s.cfg.WorkerID, State: apiv1.WorkerReady}
+	wk := apiv1.Worker{Name: s.cfg.WorkerID, State: apiv1.WorkerReady, Simulated: s.svc.WorkerSimulated()}
 	if err := s.svc.WorkerReady(ctx); err != nil {
 		wk.State = apiv1.WorkerNotReady
 		_, info := errorInfo(err)

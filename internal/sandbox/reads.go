@@ -115,6 +115,13 @@ func (s *Service) Hosts(ctx context.Context) (hosts []worker.HostStatus, fleet b
 	return hosts, true, err
 }
 
+// WorkerSimulated says whether the (single) worker simulates its
+// sandboxes (worker.Simulator) instead of running VMs.
+func (s *Service) WorkerSimulated() bool {
+	sim, ok := s.worker.(worker.Simulator)
+	return ok && sim.Simulated()
+}
+
 // WorkerReady says whether the (single) worker can take a sandbox now.
 func (s *Service) WorkerReady(ctx context.Context) error { return s.worker.Ready(ctx) }
 

@@ -80,6 +80,10 @@ type Config struct {
 	// allow_internet_access: true (internal/e2b).
 	E2BRefuseInternet bool
 
+	// Simulate, when enabled, runs the simulated worker instead of VMs
+	// (simulate.go): the host's flags other than it are then unused.
+	Simulate SimulateConfig
+
 	// DebugListen, when set (tests only), is a loopback address serving
 	// the process's own memory and goroutine counts (debug.go).
 	DebugListen string

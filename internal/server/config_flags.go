@@ -39,7 +39,7 @@ func registerConfigFlags(fs *flag.FlagSet, cfg *Config, dataDirHelp string) *con
 	fs.Var(&f.features, "feature", "enable an incubating feature gate (repeatable)")
 	fs.StringVar(&cfg.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "tests only: loopback address serving this process's memory and goroutine counts (GET /debug/runtime); empty: off")
+	fs.StringVar(&cfg.DebugListen, "debug-listen", "", "tests only: loopback address serving this process's memory and goroutine counts (GET /debug/runtime) and Go profiles (/debug/pprof/); empty: off")
 	return f
 }
 
@@ -83,6 +83,7 @@ func (f *configFlags) registerHost(fs *flag.FlagSet) {
 	fs.IntVar(&cfg.PoolSize, "pool-size", local.DefaultPoolSize, "restored, warmed VMs kept per template in use, taken on create (0 disables pools)")
 	fs.IntVar(&cfg.WakePoolSize, "wake-pool-size", local.DefaultWakePoolSize, "VMMs started ahead per shape of recent suspends, taken on wake (0 disables wake slots)")
 	fs.IntVar(&cfg.WakePoolMemoryMiB, "wake-pool-memory-mib", local.DefaultWakePoolMemoryMiB, "bound on the guest memory of all wake slots together, in MiB")
+	registerSimulateFlags(fs, &cfg.Simulate)
 }
 
 // finish, once fs has parsed, refuses positional arguments and values the
@@ -131,6 +132,9 @@ func (f *configFlags) finish(fs *flag.FlagSet) error {
 
 // checkHost validates the VM host's flags.
 func (cfg *Config) checkHost() error {
+	if err := cfg.Simulate.validate(); err != nil {
+		return err
+	}
 	switch {
 	case cfg.PoolSize < 0:
 		return fmt.Errorf("--pool-size must be 0 or more, not %d", cfg.PoolSize)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"runtime"
@@ -22,7 +23,8 @@ import (
 // can see the host process grow. It is off unless --debug-listen names a
 // loopback address, and it is a listener of its own rather than a route of
 // the API, so no API key reaches it and nothing it serves can be asked for
-// by a tenant.
+// by a tenant. It also serves Go's profiles under /debug/pprof/, for
+// benches that look for what limits the server (bench/control -pprof).
 
 // DebugRuntime is what GET /debug/runtime answers, as JSON (with ?gc=1:
 // after a forced collection that gives freed memory back to the system).
@@ -74,6 +76,8 @@ func startDebug(addr string, td *teardown, log *slog.Logger) error {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(readRuntime())
 	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -81,7 +85,7 @@ func startDebug(addr string, td *teardown, log *slog.Logger) error {
 		}
 	}()
 	td.add(func() { _ = hs.Close() })
-	log.Info("debug serving (tests only: process memory and goroutines)", "debug_listen", ln.Addr().String())
+	log.Info("debug serving (tests only: process memory, goroutines and profiles)", "debug_listen", ln.Addr().String())
 	return nil
 }
 

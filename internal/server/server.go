@@ -18,6 +18,7 @@ import (
 	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/local"
 )
 
@@ -30,9 +31,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := startDebug(cfg.DebugListen, &td, log); err != nil {
 		return err
 	}
-	h, err := prepareHost(ctx, cfg, "spaced", &td, log)
-	if err != nil {
-		return err
+	var h *host
+	base := simulatedBase()
+	if cfg.Simulate.Enabled {
+		if err := ensureDataDir(cfg); err != nil {
+			return err
+		}
+	} else {
+		if h, err = prepareHost(ctx, cfg, "spaced", &td, log); err != nil {
+			return err
+		}
+		base = h.base
 	}
 
 	// Control plane: store, auth, operations, API.
@@ -41,7 +50,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	td.add(func() { db.Close() })
-	if err := registerTemplate(ctx, db, h.base); err != nil {
+	if err := registerTemplate(ctx, db, base); err != nil {
 		return err
 	}
 	authn := auth.New(db, log)
@@ -56,38 +65,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	// One set of per-sandbox budget series (space_guest_budget_*) for
 	// every host-side reader of guest data, served with the API's.
 	metrics := api.NewMetrics()
-	budgets := budget.NewMetrics(metrics.Registry)
-	nets, closeNet, err := startNetwork(ctx, cfg, db, budgets, log)
-	if err != nil {
-		return err
+	var wk worker.Worker
+	var nets netParts
+	templatesDir := filepath.Join(cfg.DataDir, "templates")
+	if cfg.Simulate.Enabled {
+		if nets, err = simulatedNode(ctx, cfg, db, log); err != nil {
+			return err
+		}
+		sw := startSimulated(cfg.Simulate, "spaced", log)
+		td.add(func() { sw.Close() })
+		wk = sw
+	} else {
+		if wk, nets, err = startLocalWorker(ctx, cfg, h, db, metrics, &td, log); err != nil {
+			return err
+		}
+		templatesDir = h.templatesDir
 	}
-	td.add(closeNet)
-
-	wk, err := local.New(ctx, local.Config{
-		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
-		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout,
-		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
-		// A link dropped for abuse holds nothing to count at once: the
-		// budget series count it as exhausted{budget="agent_link"}.
-		ObserveLinkAbuse: budget.New("agent_link", 0, budgets).Exhausted,
-		PortConnections:  budget.New(agentclient.PortBudget, agentclient.MaxPortConnections, budgets),
-		Logger:           log,
-		Network:          nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
-		PoolSize:     workerPoolSize(cfg.PoolSize),
-		WakePoolSize: workerPoolSize(cfg.WakePoolSize), WakePoolMemoryMiB: cfg.WakePoolMemoryMiB,
-	})
-	if err != nil {
-		return err
-	}
-	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "space", Name: "pool_ready",
-		Help: "Restored, warmed VMs ready to be taken by a create (all templates).",
-	}, func() float64 { return float64(wk.PoolStats().Ready) }))
-	td.add(func() {
-		h.keepVolume = vmsLeftRunning(ctx, wk, log)
-		wk.Close()
-	})
-	tpls, err := templateBuilders(cfg, h.templatesDir, log)
+	tpls, err := templateBuilders(cfg, templatesDir, log)
 	if err != nil {
 		return err
 	}
@@ -117,9 +111,50 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	defer stopBG()
 	go srv.Run(bg)
 	return serveAPI(ctx, cfg, srv, db, log, func(addr string) {
+		kernel := "none (simulated)"
+		if h != nil {
+			kernel = h.kernel.Version
+		}
 		log.Info("spaced serving", "listen", addr, "data_dir", cfg.DataDir,
-			"kernel", h.kernel.Version, "features", strings.Join(cfg.Features, ","))
+			"kernel", kernel, "features", strings.Join(cfg.Features, ","), "simulated", cfg.Simulate.Enabled)
 	})
+}
+
+// startLocalWorker starts the sandbox network and the local worker on a
+// prepared host; td stops them.
+func startLocalWorker(ctx context.Context, cfg Config, h *host, db store.Store, metrics *api.Metrics, td *teardown,
+	log *slog.Logger) (worker.Worker, netParts, error) {
+	budgets := budget.NewMetrics(metrics.Registry)
+	nets, closeNet, err := startNetwork(ctx, cfg, db, budgets, log)
+	if err != nil {
+		return nil, netParts{}, err
+	}
+	td.add(closeNet)
+	wk, err := local.New(ctx, local.Config{
+		Storage: h.storage, Driver: h.driver, Kernel: h.kernelImage, Initrd: h.initrd.Path,
+		TemplatesDir: h.templatesDir, BootTimeout: cfg.BootTimeout,
+		ObserveBoot: func(d time.Duration) { metrics.BootDuration.Observe(d.Seconds()) },
+		// A link dropped for abuse holds nothing to count at once: the
+		// budget series count it as exhausted{budget="agent_link"}.
+		ObserveLinkAbuse: budget.New("agent_link", 0, budgets).Exhausted,
+		PortConnections:  budget.New(agentclient.PortBudget, agentclient.MaxPortConnections, budgets),
+		Logger:           log,
+		Network:          nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
+		PoolSize:     workerPoolSize(cfg.PoolSize),
+		WakePoolSize: workerPoolSize(cfg.WakePoolSize), WakePoolMemoryMiB: cfg.WakePoolMemoryMiB,
+	})
+	if err != nil {
+		return nil, netParts{}, err
+	}
+	metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "space", Name: "pool_ready",
+		Help: "Restored, warmed VMs ready to be taken by a create (all templates).",
+	}, func() float64 { return float64(wk.PoolStats().Ready) }))
+	td.add(func() {
+		h.keepVolume = vmsLeftRunning(ctx, wk, log)
+		wk.Close()
+	})
+	return wk, nets, nil
 }
 
 // workerPoolSize maps --pool-size (0 disables) to local.Config.PoolSize

@@ -54,6 +54,9 @@ func ParseWorkerFlags(args []string) (WorkerConfig, error) {
 	if err := cfg.ObjectStore.validate(); err != nil {
 		return WorkerConfig{}, err
 	}
+	if cfg.Simulate.Enabled && cfg.ObjectStore.URL != "" {
+		return WorkerConfig{}, fmt.Errorf("--simulate keeps no object store: drop --object-store")
+	}
 	cfg.Node.ObjectStore = cfg.ObjectStore.URL != "" // a drain moves sandboxes through it
 	if cfg.TokenFile == "" {
 		cfg.TokenFile = filepath.Join(cfg.DataDir, "worker.token")

@@ -60,6 +60,9 @@ type NodeConfig struct {
 	// one call the worker makes is ResolveSecret, for the egress proxy's
 	// ${secret:NAME} (worker_secrets.go). Empty: no secret resolves here.
 	Control string
+	// Simulated labels the node a simulated worker's (--simulate), so
+	// neither an operator nor the API takes it for a real host.
+	Simulated bool
 	// ControlCAFile is the PEM CA an https:// Control's certificate chains
 	// to (empty: the system's roots).
 	ControlCAFile string
@@ -196,13 +199,13 @@ func serveWorkerAndNode(ctx context.Context, w worker.Worker, ln net.Listener, o
 		nodeErr = node.Run(ctx, client, w, node.Config{
 			NodeName: nc.NodeName, Address: addr, Namespace: nc.Namespace,
 			VCPUs: nc.VCPUs, VCPUOvercommit: nc.VCPUOvercommit, MemoryMiB: nc.MemoryMiB, Sandboxes: nc.Sandboxes,
-			LeaseDuration: nc.LeaseDuration, DrainConcurrency: nc.DrainConcurrency, ObjectStore: nc.ObjectStore,
+			LeaseDuration: nc.LeaseDuration, DrainConcurrency: nc.DrainConcurrency, ObjectStore: nc.ObjectStore, Simulated: nc.Simulated,
 			Logger: opts.Logger.With("component", "node"),
 		})
 	})
 	opts.Logger.Info("registering this worker as a Kubernetes node", "node", nc.NodeName, "address", addr,
 		"namespace", nc.Namespace, "vcpus", nc.VCPUs, "vcpu_overcommit", nc.VCPUOvercommit, "memory_mib", nc.MemoryMiB, "sandboxes", nc.Sandboxes,
-		"drain_concurrency", nc.DrainConcurrency, "drain_moves_sandboxes", nc.ObjectStore)
+		"drain_concurrency", nc.DrainConcurrency, "drain_moves_sandboxes", nc.ObjectStore, "simulated", nc.Simulated)
 	serveErr := ServeWorker(ctx, w, ln, opts)
 	cancel()
 	wg.Wait()

@@ -32,6 +32,9 @@ import (
 func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err error) {
 	var td teardown
 	defer td.run()
+	if cfg.Simulate.Enabled {
+		return runSimulatedWorker(ctx, cfg, log)
+	}
 	if err := requireRoot("spaced worker"); err != nil {
 		return err
 	}
@@ -104,6 +107,41 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 		serving.Templates = builds
 	}
 	return serveWorkerAndNode(ctx, wk, ln, serving, cfg.Node)
+}
+
+// runSimulatedWorker is RunWorker with --simulate: the simulated worker
+// behind the same protocol and node registration, and no host set-up
+// (root, storage, kernel, VMM, network, object store).
+func runSimulatedWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) error {
+	var td teardown
+	defer td.run()
+	if err := startDebug(cfg.DebugListen, &td, log); err != nil {
+		return err
+	}
+	if err := ensureDataDir(cfg.Config); err != nil {
+		return err
+	}
+	token, created, err := remote.EnsureToken(cfg.TokenFile)
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("worker protocol token created", "path", cfg.TokenFile)
+	}
+	tlsConfig, err := WorkerServerTLS(cfg)
+	if err != nil {
+		return err
+	}
+	wk := startSimulated(cfg.Simulate, "spaced worker", log)
+	td.add(func() { wk.Close() })
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	log.Info("spaced worker serving the worker protocol", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
+		"kernel", "none (simulated)", "tls", tlsConfig != nil, "simulated", true)
+	cfg.Node.Simulated = true
+	return serveWorkerAndNode(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log}, cfg.Node)
 }
 
 // WorkerServing is how ServeWorker serves a worker.

@@ -26,6 +26,9 @@ type HostStatus struct {
 	// sandboxes placed on it take of that (memory includes each VMM's
 	// overhead, as the scheduler counts it).
 	Capacity, Allocated Resources
+	// Simulated is true for a host whose worker simulates its sandboxes
+	// (its node is labelled so; see Simulator).
+	Simulated bool
 }
 
 // Resources are vCPUs, memory and a sandbox count.

@@ -152,19 +152,36 @@ func StartServer(bin string, extra ...string) (stop func(), url, key string, err
 }
 
 // StartServerData is StartServer that also returns the server's data dir.
-// The server gets SIGKILL if this process dies first; it has five minutes
-// to start serving.
 func StartServerData(bin string, extra ...string) (stop func(), url, key, data string, err error) {
-	dir, err := os.MkdirTemp("", "space-bench-api-")
+	s, err := StartServerProc(bin, extra...)
 	if err != nil {
 		return nil, "", "", "", err
 	}
-	data = filepath.Join(dir, "data")
+	return s.Stop, s.URL, s.Key, s.Data, nil
+}
+
+// Server is a spaced StartServerProc started.
+type Server struct {
+	Stop           func() // ends it, unmounts and removes its data dir
+	URL, Key, Data string
+	PID            int
+	Log            string // path of its log
+}
+
+// StartServerProc runs spaced on a temporary data dir with extra flags.
+// The server gets SIGKILL if this process dies first; it has five minutes
+// to start serving.
+func StartServerProc(bin string, extra ...string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "space-bench-api-")
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
 	logPath := filepath.Join(dir, "spaced.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, "", "", "", err
+		return nil, err
 	}
 	defer logf.Close() // the server has its own copy
 	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--data-dir", data, "--quota-sandboxes", "100"}, extra...)...)
@@ -172,9 +189,9 @@ func StartServerData(bin string, extra ...string) (stop func(), url, key, data s
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, "", "", "", err
+		return nil, err
 	}
-	stop = func() {
+	stop := func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		exec.Command("umount", filepath.Join(data, "vol")).Run()
@@ -186,13 +203,14 @@ func StartServerData(bin string, extra ...string) (stop func(), url, key, data s
 			k, err := os.ReadFile(filepath.Join(data, "admin.key"))
 			if err != nil {
 				stop()
-				return nil, "", "", "", err
+				return nil, err
 			}
-			return stop, "http://" + string(m[1]), strings.TrimSpace(string(k)), data, nil
+			return &Server{Stop: stop, URL: "http://" + string(m[1]), Key: strings.TrimSpace(string(k)), Data: data,
+				PID: cmd.Process.Pid, Log: logPath}, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	b, _ := os.ReadFile(logPath)
 	stop()
-	return nil, "", "", "", fmt.Errorf("spaced did not start:\n%s", b)
+	return nil, fmt.Errorf("spaced did not start:\n%s", b)
 }

@@ -363,8 +363,7 @@ type Worker struct {
 	Name string `json:"name"`
 	// State is WorkerReady or WorkerNotReady.
 	State string `json:"state"`
-	// Capacity is what the worker offers sandboxes (absent on a single
-	// node, which sets no bound of its own).
+	// Capacity is what the worker offers sandboxes (absent on a single node).
 	Capacity *WorkerResources `json:"capacity,omitempty"`
 	// Allocated is what the sandboxes on it take (in a cluster, as the
 	// scheduler counts it: memory includes each VMM's overhead).
@@ -373,6 +372,8 @@ type Worker struct {
 	Address string `json:"address,omitempty"`
 	// Error says why a worker is not ready, when it can say.
 	Error string `json:"error,omitempty"`
+	// Simulated: a simulated worker (--simulate, no VMs, docs/simulate.md).
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // Worker states.

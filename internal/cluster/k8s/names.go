@@ -22,6 +22,9 @@ import (
 const (
 	// LabelWorker marks a node that a SPACE worker registered (value "true").
 	LabelWorker = "space.dev/worker"
+	// LabelSimulated marks a node whose worker simulates its sandboxes
+	// (`spaced worker --simulate`; value "true"): it runs no VMs.
+	LabelSimulated = "space.dev/simulated"
 	// LabelSandbox carries a sandbox Pod's sandbox id.
 	LabelSandbox = "space.dev/sandbox"
 	// LabelTenant carries the id of the tenant that owns the sandbox.

@@ -68,6 +68,9 @@ type Config struct {
 	// ObjectStore says the worker suspends to object storage, so an
 	// evicted sandbox can move; without it a drain fails its sandboxes.
 	ObjectStore bool
+	// Simulated labels the node k8s.LabelSimulated: its worker simulates
+	// its sandboxes (internal/worker/sim), it runs no VMs.
+	Simulated bool
 	// Drains, when set, is where the node keeps its account of drain
 	// suspends (a fresh record when nil).
 	Drains *DrainRecord

@@ -35,15 +35,19 @@ func newNodeObject(cfg Config, ip string, port int) *corev1.Node {
 		corev1.ResourceMemory: *resource.NewQuantity(int64(cfg.MemoryMiB)<<20, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(int64(cfg.Sandboxes), resource.DecimalSI),
 	}
+	labels := map[string]string{
+		k8s.LabelWorker:        "true",
+		corev1.LabelHostname:   cfg.NodeName,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: runtime.GOARCH,
+	}
+	if cfg.Simulated {
+		labels[k8s.LabelSimulated] = "true"
+	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: cfg.NodeName,
-			Labels: map[string]string{
-				k8s.LabelWorker:        "true",
-				corev1.LabelHostname:   cfg.NodeName,
-				corev1.LabelOSStable:   "linux",
-				corev1.LabelArchStable: runtime.GOARCH,
-			},
+			Name:        cfg.NodeName,
+			Labels:      labels,
 			Annotations: map[string]string{k8s.AnnotationWorkerPort: strconv.Itoa(port)},
 		},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: k8s.TaintSandbox, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},

@@ -59,6 +59,7 @@ func (p *Placement) Hosts(ctx context.Context) ([]worker.HostStatus, error) {
 			Capacity: worker.Resources{VCPUs: int(alloc.Cpu().Value()), MemoryMiB: mib(alloc.Memory()),
 				Sandboxes: int(alloc.Pods().Value())},
 			Allocated: allocated[n.Name],
+			Simulated: n.Labels[k8s.LabelSimulated] == "true",
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -1,7 +1,8 @@
 // Package workertest is the conformance suite of the worker contract
 // (internal/worker): every implementation's tests call Run — the local
-// worker with real VMs, the API tests' hand-made worker (api/apitest), and
-// a remote worker's client when there is one — so what the control plane
+// worker with real VMs, the API tests' hand-made worker (api/apitest), the
+// simulated worker (worker/sim), and a remote worker's client over them —
+// so what the control plane
 // relies on is checked against each, and a fake cannot drift from the real
 // thing unseen.
 //
