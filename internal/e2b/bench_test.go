@@ -18,6 +18,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
@@ -50,7 +51,11 @@ func newBenchEnv(b testing.TB) *benchEnv {
 	fw := apitest.NewWorker(b)
 	apitest.RegisterBaseTemplate(b, st)
 	au := auth.New(st, log)
-	srv, err := api.New(api.Config{}, api.Deps{Store: st, Ops: eng, Auth: au, Worker: fw, Logger: log, Metrics: m})
+	svc, err := sandbox.New(sandbox.Config{}, sandbox.Deps{Store: st, Ops: eng, Worker: fw, Logger: log, RequestID: api.RequestID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := api.New(api.Config{}, api.Deps{Service: svc, Store: st, Ops: eng, Auth: au, Logger: log, Metrics: m})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +76,7 @@ func newBenchEnv(b testing.TB) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{otherKey: otherKey, h: e2b.New(e2b.Config{}, srv, srv.Service(), srv.Authenticator(), st, log), key: key}
+	e := &benchEnv{otherKey: otherKey, h: e2b.New(e2b.Config{}, srv, svc, au, st, log), key: key}
 	res := e.do(b, "POST", "/sandboxes", `{"templateID":"base"}`, nil)
 	if res.Code != http.StatusCreated {
 		b.Fatalf("create: %d %s", res.Code, res.Body)
