@@ -32,11 +32,15 @@ func (s *Server) createCommand(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
+	spec := processSpec(&req)
+	if err := sandbox.ValidateSpec(spec); err != nil { // a bad body is 400 before an unknown sandbox's 404
+		return err
+	}
 	sb, err := s.sandbox(r)
 	if err != nil {
 		return err
 	}
-	c, err := s.svc.NewCommand(r.Context(), sb, processSpec(&req))
+	c, err := s.svc.NewCommand(r.Context(), sb, spec)
 	if err != nil {
 		return err
 	}
@@ -118,6 +122,9 @@ func (s *Server) commandSignal(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
+	if err := sandbox.ValidSignal(req.Signal); err != nil {
+		return err
+	}
 	sb, c, err := s.command(r)
 	if err != nil {
 		return err
@@ -132,6 +139,9 @@ func (s *Server) commandSignal(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) commandResize(w http.ResponseWriter, r *http.Request) error {
 	var req apiv1.ResizeRequest
 	if err := decodeJSON(r, &req, false); err != nil {
+		return err
+	}
+	if err := sandbox.ValidResize(req.Rows, req.Cols); err != nil {
 		return err
 	}
 	sb, c, err := s.command(r)

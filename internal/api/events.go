@@ -57,8 +57,8 @@ func (s *Server) commandEvents(w http.ResponseWriter, r *http.Request) error {
 type eventSink struct{ ew *eventWriter }
 
 func (e eventSink) Event(ev agentproto.Event) error { return e.ew.event(toEvent(ev)) }
-func (e eventSink) Exit(ex sandbox.Exit) error     { return e.ew.event(exitEvent(ex)) }
-func (e eventSink) Heartbeat() error               { return e.ew.heartbeat() }
+func (e eventSink) Exit(ex sandbox.Exit) error      { return e.ew.event(exitEvent(ex)) }
+func (e eventSink) Heartbeat() error                { return e.ew.heartbeat() }
 
 // Broken ends the stream with an error event.
 func (e eventSink) Broken(cause error) {

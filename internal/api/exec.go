@@ -24,11 +24,18 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
+	spec := processSpec(&req.CreateCommandRequest)
+	if req.StdinData != "" {
+		spec.Stdin = true
+	}
+	if err := sandbox.ValidateSpec(spec); err != nil { // a bad body is 400 before an unknown sandbox's 404
+		return err
+	}
 	sb, err := s.sandbox(r)
 	if err != nil {
 		return err
 	}
-	res, err := s.svc.Exec(r.Context(), sb, processSpec(&req.CreateCommandRequest), []byte(req.StdinData), s.cfg.ExecOutputBytes)
+	res, err := s.svc.Exec(r.Context(), sb, spec, []byte(req.StdinData), s.cfg.ExecOutputBytes)
 	if err != nil {
 		return err
 	}

@@ -158,6 +158,9 @@ func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
+	if err := sandbox.ValidKeep(req.TimeoutSeconds); err != nil { // 400 before an unknown sandbox's 404
+		return err
+	}
 	sb, err := s.sandbox(r)
 	if err != nil {
 		return err

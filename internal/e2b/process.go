@@ -306,4 +306,3 @@ func endOf(ev sandbox.Exit) *endEvent {
 	}
 	return end
 }
-

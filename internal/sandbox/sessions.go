@@ -93,8 +93,8 @@ func (e *ReadError) Unwrap() error { return e.Err }
 // Signal sends signal (a name such as "SIGTERM" or a number) to running
 // command c of sb.
 func (s *Service) Signal(ctx context.Context, sb *store.Sandbox, c *store.Command, signal string) error {
-	if _, err := agentproto.ParseSignal(signal); err != nil || len(signal) > 16 {
-		return Invalid(map[string]string{"signal": `must be a signal name or number, e.g. "SIGTERM"`})
+	if err := ValidSignal(signal); err != nil {
+		return err
 	}
 	c, ag, err := s.RunningCommand(ctx, sb, c, false)
 	if err != nil {
@@ -105,8 +105,8 @@ func (s *Service) Signal(ctx context.Context, sb *store.Sandbox, c *store.Comman
 
 // Resize sets the terminal size of running command c of sb.
 func (s *Service) Resize(ctx context.Context, sb *store.Sandbox, c *store.Command, rows, cols int) error {
-	if !ValidPTYSize(rows, cols) {
-		return Invalid(map[string]string{"rows": "rows and cols must be between 1 and 1000"})
+	if err := ValidResize(rows, cols); err != nil {
+		return err
 	}
 	c, ag, err := s.RunningCommand(ctx, sb, c, false)
 	if err != nil {

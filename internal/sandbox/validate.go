@@ -163,6 +163,14 @@ func PolicyFields(raw json.RawMessage, fields map[string]string) json.RawMessage
 // fields, or its message under field when it has none.
 func MergeFields(err error, field string, fields map[string]string) {
 	var pub *errdefs.Public
+	if errors.As(err, &pub) {
+		if inner, ok := pub.Details["fields"].(map[string]string); ok { // Invalid's
+			for k, v := range inner {
+				fields[k] = v
+			}
+			return
+		}
+	}
 	if errors.As(err, &pub) && len(pub.Details) > 0 {
 		for k, v := range pub.Details {
 			fields[k] = fmt.Sprint(v)
@@ -197,7 +205,26 @@ func PTYOf(rows, cols int) *agentproto.PTY {
 }
 
 // ValidPTYSize checks a terminal size (a resize's or a command's).
-func ValidPTYSize(rows, cols int) bool { return rows >= 1 && rows <= MaxPTY && cols >= 1 && cols <= MaxPTY }
+func ValidPTYSize(rows, cols int) bool {
+	return rows >= 1 && rows <= MaxPTY && cols >= 1 && cols <= MaxPTY
+}
+
+// ValidResize checks a terminal resize.
+func ValidResize(rows, cols int) error {
+	if !ValidPTYSize(rows, cols) {
+		return Invalid(map[string]string{"rows": fmt.Sprintf("rows and cols must be between 1 and %d", MaxPTY)})
+	}
+	return nil
+}
+
+// ValidSignal checks a signal to send (a name such as "SIGTERM" or a
+// number).
+func ValidSignal(signal string) error {
+	if _, err := agentproto.ParseSignal(signal); err != nil || len(signal) > 16 {
+		return Invalid(map[string]string{"signal": `must be a signal name or number, e.g. "SIGTERM"`})
+	}
+	return nil
+}
 
 // ValidateSpec checks a command before it is stored, so that nothing the
 // guest agent would refuse with an error of its own (or could not pass to
