@@ -1,6 +1,6 @@
 // Package e2e drives a real spaced process over HTTP only: it builds the
 // binaries, starts spaced on a fresh data dir, boots real sandboxes, and
-// checks the public contract of API.md end to end, including crash recovery.
+// checks the public contract of docs/api.md end to end, including crash recovery.
 // It also runs the Python walkthrough and the CLI against the server.
 package e2e
 

@@ -33,10 +33,11 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request, req *apiv1
 	}
 	v := *req
 	v.Template, v.FromCheckpoint = ck.Template, ""
-	if err := s.validateCreate(&v); err != nil {
+	in := createRequest(&v)
+	if err := s.validateCreate(&v, &in); err != nil {
 		return err
 	}
-	sb, op, err := s.svc.BranchSandbox(ctx, ck, createRequest(&v))
+	sb, op, err := s.svc.BranchSandbox(ctx, ck, in)
 	if err != nil {
 		return err
 	}

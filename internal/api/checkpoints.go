@@ -47,7 +47,7 @@ func (s *Server) createCheckpoint(w http.ResponseWriter, r *http.Request) error 
 	if err := decodeJSON(r, &req, true); err != nil {
 		return err
 	}
-	if req.Name != "" && !metadataKeyRE.MatchString(req.Name) {
+	if req.Name != "" && !sandbox.ValidMetadataKey(req.Name) {
 		return invalid(map[string]string{"name": "1-63 characters of letters, digits and _ . - /"})
 	}
 	sb, err := s.sandbox(r)

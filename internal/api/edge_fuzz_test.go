@@ -22,14 +22,26 @@ import (
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 )
 
-// fuzzServer is a Server with default limits and nothing else: enough for
-// the validators, which read only s.cfg.
-func fuzzServer() *Server {
-	var cfg Config
-	cfg.setDefaults()
-	return &Server{cfg: cfg}
+// fuzzServer is a Server with default limits (and its Service, whose
+// limits the validators read too).
+func fuzzServer(t testing.TB) *Server { return newEnv(t, Config{}).srv }
+
+// validateCreate is the validation POST /v1/sandboxes runs: the edge's
+// (the template reference), then the Service's, which compacts the
+// network policy (written back into req).
+func validateCreate(s *Server, req *apiv1.CreateSandboxRequest) error {
+	in := createRequest(req)
+	if err := s.validateCreate(req, &in); err != nil {
+		return err
+	}
+	if err := s.svc.ValidateCreate(&in, nil); err != nil {
+		return err
+	}
+	req.Network = in.Network
+	return nil
 }
 
 func bodyRequest(data []byte) *http.Request {
@@ -71,14 +83,14 @@ func wantInvalid(t *testing.T, err error, allow403 bool) {
 // validateCreate with its network policy).
 func FuzzSandboxSpec(f *testing.F) {
 	f.Add([]byte(`{"template":"base","vcpus":2,"memory_mib":512,"env":{"A":"b"},"metadata":{"k":"v"},"network":{"egress":{"allow":["pypi.org"]}}}`))
-	s := fuzzServer()
+	s := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req apiv1.CreateSandboxRequest
 		if err := decodeJSON(bodyRequest(data), &req, false); err != nil {
 			wantInvalid(t, err, false)
 			return
 		}
-		if err := s.validateCreate(&req); err != nil {
+		if err := validateCreate(s, &req); err != nil {
 			wantInvalid(t, err, false)
 			return
 		}
@@ -96,7 +108,7 @@ func FuzzSandboxSpec(f *testing.F) {
 		if err := decodeJSON(bodyRequest(once), &again, false); err != nil {
 			t.Fatalf("re-decode %s: %v", once, err)
 		}
-		if err := s.validateCreate(&again); err != nil {
+		if err := validateCreate(s, &again); err != nil {
 			t.Fatalf("re-validate %s: %v", once, err)
 		}
 		if twice, _ := json.Marshal(again); !bytes.Equal(once, twice) {
@@ -106,7 +118,7 @@ func FuzzSandboxSpec(f *testing.F) {
 }
 
 // FuzzCommandSpec: the body of POST …/exec and …/commands (decodeJSON,
-// then validateCommand); an accepted spec holds nothing execve refuses.
+// then the domain's sandbox.ValidateSpec); an accepted spec holds nothing execve refuses.
 func FuzzCommandSpec(f *testing.F) {
 	f.Add([]byte(`{"argv":["ls","-l"],"cwd":"/tmp","env":{"A":"b"},"timeout_seconds":5}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -115,7 +127,7 @@ func FuzzCommandSpec(f *testing.F) {
 			wantInvalid(t, err, false)
 			return
 		}
-		if err := validateCommand(&req.CreateCommandRequest); err != nil {
+		if err := sandbox.ValidateSpec(processSpec(&req.CreateCommandRequest)); err != nil {
 			wantInvalid(t, err, false)
 			return
 		}
@@ -173,7 +185,7 @@ func FuzzFilePath(f *testing.F) {
 			wantInvalid(t, err, false)
 			return
 		}
-		if !path.IsAbs(clean) || path.Clean(clean) != clean || strings.IndexByte(clean, 0) >= 0 || len(clean) > maxPathLen {
+		if !path.IsAbs(clean) || path.Clean(clean) != clean || strings.IndexByte(clean, 0) >= 0 || len(clean) > sandbox.MaxPathLen {
 			t.Fatalf("accepted %q as %q", p, clean)
 		}
 		if tar != (format == "tar") {
@@ -234,7 +246,7 @@ func FuzzPageToken(f *testing.F) {
 // no network.
 func FuzzTemplateSource(f *testing.F) {
 	f.Add([]byte(`{"name":"py","source":{"type":"oci","image":"docker.io/library/python:3.12"},"defaults":{"workdir":"/srv","start_command":["python3","-m","http.server"]}}`))
-	s := fuzzServer()
+	s := fuzzServer(f)
 	tenant, admin := auth.Principal{TenantID: "ten_a"}, auth.Principal{TenantID: "ten_admin", Admin: true}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req apiv1.CreateTemplateRequest

@@ -73,13 +73,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, status, apiv1.ErrorBody{Error: info})
 }
 
-// invalid builds a 400 with a field -> reason map in details.fields.
-func invalid(fields map[string]string) error {
-	msg := "invalid request"
-	if len(fields) == 1 {
-		for f, why := range fields {
-			msg = f + ": " + why
-		}
-	}
-	return errdefs.New(errdefs.ErrInvalidArgument, "%s", msg).WithDetails(map[string]any{"fields": fields})
-}
+// invalid builds a 400 with a field -> reason map in details.fields
+// (sandbox.Invalid: the domain's validation errors have the same shape).
+func invalid(fields map[string]string) error { return sandbox.Invalid(fields) }

@@ -2,36 +2,23 @@ package api
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"path"
 	"strconv"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
-	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
-	"github.com/space-sandbox/space/internal/worker"
 )
 
-// maxPathLen is Linux's PATH_MAX: the guest could not open a longer path.
-const maxPathLen = 4096
-
-// filePath validates ?path= (absolute, no NUL, at most PATH_MAX) and
-// ?format= and returns the cleaned path and whether a tar is asked for.
+// filePath validates ?path= (sandbox.CleanPath) and ?format= and returns
+// the cleaned path and whether a tar is asked for.
 func filePath(q url.Values) (string, bool, error) {
-	p := q.Get("path")
 	f := map[string]string{}
-	switch {
-	case p == "":
-		f["path"] = "required"
-	case !noNUL(f, "path", p):
-	case !path.IsAbs(p):
-		f["path"] = "must be an absolute path"
-	case len(p) > maxPathLen:
-		f["path"] = fmt.Sprintf("must be at most %d bytes", maxPathLen)
+	p, err := sandbox.CleanPath(q.Get("path"))
+	if err != nil {
+		sandbox.MergeFields(err, "path", f)
 	}
 	format := q.Get("format")
 	if format != "" && format != "tar" && format != "raw" {
@@ -40,26 +27,18 @@ func filePath(q url.Values) (string, bool, error) {
 	if len(f) > 0 {
 		return "", false, invalid(f)
 	}
-	return path.Clean(p), format == "tar", nil
+	return p, format == "tar", nil
 }
 
-// fileTarget validates the file request (filePath) and returns the running
-// sandbox's agent.
-func (s *Server) fileTarget(r *http.Request) (worker.Guest, string, bool, error) {
+// fileTarget validates the file request (filePath) and loads the caller's
+// sandbox; the Service's file calls check that it runs.
+func (s *Server) fileTarget(r *http.Request) (*store.Sandbox, string, bool, error) {
 	p, tar, err := filePath(r.URL.Query())
 	if err != nil {
 		return nil, "", false, err
 	}
 	sb, err := s.sandbox(r)
-	if err != nil {
-		return nil, "", false, err
-	}
-	if err := sandbox.RequireState(sb, store.SandboxRunning); err != nil {
-		return nil, "", false, err
-	}
-	s.svc.Touch(r.Context(), sb.ID)
-	ag, err := s.svc.Agent(r.Context(), sb.ID)
-	return ag, p, tar, err
+	return sb, p, tar, err
 }
 
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
@@ -71,12 +50,12 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		mode = m
 	}
-	ag, p, tar, err := s.fileTarget(r)
+	sb, p, tar, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
 	if tar {
-		if err := ag.TarIn(r.Context(), p, r.Body); err != nil {
+		if err := s.svc.TarIn(r.Context(), sb, p, r.Body); err != nil {
 			return s.uploadError(err)
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -84,11 +63,10 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The announced length lets the agent tell a body cut short (a client
 	// gone, a limit hit) from a complete one: it then keeps nothing.
-	info, err := ag.WriteFile(r.Context(), p, uint32(mode), r.ContentLength, r.Body)
+	info, err := s.svc.WriteFile(r.Context(), sb, p, uint32(mode), r.ContentLength, r.Body)
 	if err != nil {
 		return s.uploadError(err)
 	}
-	info.Name = path.Base(p)
 	writeJSON(w, http.StatusOK, toFileInfo(info))
 	return nil
 }
@@ -104,19 +82,19 @@ func (s *Server) uploadError(err error) error {
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
-	ag, p, tar, err := s.fileTarget(r)
+	sb, p, tar, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
 	var body io.ReadCloser
 	if tar {
-		body, err = ag.TarOut(r.Context(), p)
+		body, err = s.svc.TarOut(r.Context(), sb, p)
 		if err != nil {
 			return err
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
 	} else {
-		rc, info, err := ag.ReadFile(r.Context(), p)
+		rc, info, err := s.svc.ReadFile(r.Context(), sb, p)
 		if err != nil {
 			return err
 		}
@@ -139,11 +117,11 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
-	ag, p, _, err := s.fileTarget(r)
+	sb, p, _, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
-	entries, err := ag.ListDir(r.Context(), p)
+	entries, err := s.svc.ListDir(r.Context(), sb, p)
 	if err != nil {
 		return err
 	}
@@ -160,15 +138,11 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) error {
 	if rec != "" && rec != "true" && rec != "false" {
 		return invalid(map[string]string{"recursive": "must be true or false"})
 	}
-	ag, p, _, err := s.fileTarget(r)
+	sb, p, _, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
-	if p == "/" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "refusing to delete /").
-			WithDetails(map[string]any{"fields": map[string]string{"path": "must not be /"}})
-	}
-	if err := ag.Delete(r.Context(), p, rec == "true"); err != nil {
+	if err := s.svc.DeleteFile(r.Context(), sb, p, rec == "true"); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

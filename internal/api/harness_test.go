@@ -18,6 +18,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
@@ -39,8 +40,9 @@ type env struct {
 
 func newEnv(t testing.TB, cfg Config) *env { return newEnvWith(t, cfg, nil) }
 
-// newEnvWith is newEnv with with (when set) changing the deps first.
-func newEnvWith(t testing.TB, cfg Config, with func(*Deps)) *env {
+// newEnvWith is newEnv with with (when set) changing the Service's deps
+// first.
+func newEnvWith(t testing.TB, cfg Config, with func(*sandbox.Deps)) *env {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "space.db"))
 	if err != nil {
@@ -61,11 +63,15 @@ func newEnvWith(t testing.TB, cfg Config, with func(*Deps)) *env {
 	au := auth.New(st, log)
 	fw := apitest.NewWorker(t)
 	apitest.RegisterBaseTemplate(t, st)
-	deps := Deps{Store: st, Ops: eng, Auth: au, Worker: fw, Logger: log, Metrics: m}
+	sdeps := sandbox.Deps{Store: st, Ops: eng, Worker: fw, Logger: log, RequestID: RequestID}
 	if with != nil {
-		with(&deps)
+		with(&sdeps)
 	}
-	srv, err := New(cfg, deps)
+	svc, err := sandbox.New(sandbox.Config{}, sdeps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Deps{Service: svc, Store: st, Ops: eng, Auth: au, Logger: log, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

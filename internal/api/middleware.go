@@ -23,8 +23,10 @@ const (
 	edgeConnKey         // the *edgeConn a request arrived on (httpedge.go)
 )
 
-// requestID returns the request's id (set by the base middleware).
-func requestID(ctx context.Context) string {
+// RequestID returns the id of the request ctx belongs to (set by the base
+// middleware; "" outside a request): the Service's logs name it
+// (sandbox.Deps.RequestID).
+func RequestID(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey).(string)
 	return id
 }
@@ -36,7 +38,7 @@ func principal(ctx context.Context) auth.Principal {
 }
 
 func (s *Server) log(r *http.Request) *slog.Logger {
-	return s.logger.With("request_id", requestID(r.Context()))
+	return s.logger.With("request_id", RequestID(r.Context()))
 }
 
 // statusWriter records what a handler answered, for logs and metrics. It

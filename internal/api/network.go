@@ -1,14 +1,10 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
-	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 )
@@ -18,38 +14,9 @@ const featureNetworkLog = "network_log"
 
 // policyFields validates a network object into fields (field path ->
 // problem) and returns it compacted; an absent or null object is nil (deny
-// all egress).
+// all egress). The rule is the domain's (sandbox.PolicyFields).
 func policyFields(raw json.RawMessage, fields map[string]string) json.RawMessage {
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-		return nil
-	}
-	if _, err := egress.ParsePolicy(raw); err != nil {
-		mergeFields(err, "network", fields)
-		return nil
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		fields["network"] = "must be a JSON object"
-		return nil
-	}
-	return buf.Bytes()
-}
-
-// mergeFields copies the per-field details of a validation error into
-// fields, or its message under field when it has none.
-func mergeFields(err error, field string, fields map[string]string) {
-	var pub *errdefs.Public
-	if errors.As(err, &pub) && len(pub.Details) > 0 {
-		for k, v := range pub.Details {
-			fields[k] = fmt.Sprint(v)
-		}
-		return
-	}
-	if errors.As(err, &pub) {
-		fields[field] = pub.Message
-		return
-	}
-	fields[field] = "invalid"
+	return sandbox.PolicyFields(raw, fields)
 }
 
 // fieldsOf turns a validation error with per-field details into the API's
@@ -59,7 +26,7 @@ func fieldsOf(err error) error {
 		return err
 	}
 	f := map[string]string{}
-	mergeFields(err, "body", f)
+	sandbox.MergeFields(err, "body", f)
 	return invalid(f)
 }
 

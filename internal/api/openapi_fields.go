@@ -76,7 +76,7 @@ var requestRequired = map[string][]string{
 	"InjectRule":              {"domain", "header"},
 }
 
-// argvOrShell is the rule of validateCommand: exactly one of argv and shell.
+// argvOrShell is the rule of sandbox.ValidateSpec: exactly one of argv and shell.
 var argvOrShell = obj{"oneOf": []obj{
 	{"required": []string{"argv"}, "not": obj{"required": []string{"shell"}}},
 	{"required": []string{"shell"}, "not": obj{"required": []string{"argv"}}},

@@ -3,7 +3,6 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
@@ -13,71 +12,33 @@ import (
 	"github.com/space-sandbox/space/internal/template"
 )
 
-var (
-	metadataKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$`)
-	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
-)
-
+// The bounds the OpenAPI document states are the domain's.
 const (
-	maxMetadata       = 64
-	maxMetadataValue  = 256
-	maxEnv            = 256
-	maxEnvValue       = 32 << 10
-	maxTimeoutSeconds = 30 * 24 * 3600
+	maxMetadata       = sandbox.MaxMetadata
+	maxMetadataValue  = sandbox.MaxMetadataValue
+	maxEnv            = sandbox.MaxEnv
+	maxEnvValue       = sandbox.MaxEnvValue
+	maxTimeoutSeconds = sandbox.MaxTimeoutSeconds
 )
 
-// validateEnv checks environment variable names and sizes into fields.
-func validateEnv(env map[string]string, fields map[string]string) {
-	if len(env) > maxEnv {
-		fields["env"] = fmt.Sprintf("at most %d variables", maxEnv)
-	}
-	for k, v := range env {
-		if !envKeyRE.MatchString(k) {
-			fields["env."+k] = "must be a name of letters, digits and _ not starting with a digit"
-		} else if len(v) > maxEnvValue || strings.ContainsRune(v, 0) {
-			fields["env."+k] = "value too long or holds a NUL byte"
-		}
-	}
-}
-
-func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest) error {
+// validateCreate parses the template reference of a create or branch
+// request into in (with its sizes): the edge's part of the validation. The
+// Service checks the rest when it creates; a reference that does not parse
+// is answered here, with the Service's findings on the rest, in one 400.
+func (s *Server) validateCreate(req *apiv1.CreateSandboxRequest, in *sandbox.CreateRequest) error {
 	f := map[string]string{}
 	if req.Template == "" {
 		f["template"] = "required"
-	} else if _, err := template.Parse(req.Template); err != nil {
+	} else if ref, err := template.Parse(req.Template); err != nil {
 		f["template"] = "must be a template name (^[a-z0-9][a-z0-9-]{0,62}$), optionally followed by @sha256:<64 hex digits>"
+	} else {
+		in.Template = ref
 	}
-	if req.VCPUs < 0 || req.VCPUs > s.cfg.MaxVCPUs {
-		f["vcpus"] = fmt.Sprintf("must be between 1 and %d", s.cfg.MaxVCPUs)
+	in.Size = sandbox.Size{VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, DiskMiB: req.DiskMiB}
+	if len(f) == 0 {
+		return nil
 	}
-	if req.MemoryMiB != 0 && (req.MemoryMiB < 128 || req.MemoryMiB > s.cfg.MaxMemoryMiB) {
-		f["memory_mib"] = fmt.Sprintf("must be between 128 and %d", s.cfg.MaxMemoryMiB)
-	}
-	if req.DiskMiB != 0 && (req.DiskMiB < 64 || req.DiskMiB > s.cfg.MaxDiskMiB) {
-		f["disk_mib"] = fmt.Sprintf("must be between 64 and %d", s.cfg.MaxDiskMiB)
-	}
-	validateEnv(req.Env, f)
-	if len(req.Metadata) > maxMetadata {
-		f["metadata"] = fmt.Sprintf("at most %d entries", maxMetadata)
-	}
-	for k, v := range req.Metadata {
-		if !metadataKeyRE.MatchString(k) {
-			f["metadata."+k] = "keys are 1-63 characters of letters, digits and _ . - /"
-		} else if len(v) > maxMetadataValue {
-			f["metadata."+k] = fmt.Sprintf("values are at most %d bytes", maxMetadataValue)
-		}
-	}
-	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxTimeoutSeconds {
-		f["timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxTimeoutSeconds)
-	}
-	if req.IdleTimeoutSeconds < 0 || req.IdleTimeoutSeconds > maxTimeoutSeconds {
-		f["idle_timeout_seconds"] = fmt.Sprintf("must be between 0 and %d", maxTimeoutSeconds)
-	}
-	req.Network = policyFields(req.Network, f)
-	if len(f) > 0 {
-		return invalid(f)
-	}
-	return nil
+	return s.svc.ValidateCreate(in, f)
 }
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -88,13 +49,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if req.FromCheckpoint != "" {
 		return s.createBranch(w, r, &req)
 	}
-	if err := s.validateCreate(&req); err != nil {
+	in := createRequest(&req)
+	if err := s.validateCreate(&req, &in); err != nil {
 		return err
 	}
-	ref, _ := template.Parse(req.Template) // validateCreate checked it
-	in := createRequest(&req)
-	in.Template = ref
-	in.Size = sandbox.Size{VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, DiskMiB: req.DiskMiB}
 	ctx := r.Context()
 	sb, op, err := s.svc.CreateSandbox(ctx, principal(ctx), in)
 	if err != nil {
@@ -105,8 +63,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// createRequest is the domain's form of a validated create request, but
-// for its template and sizes, which differ between a create and a branch.
+// createRequest is the domain's form of a create request, but for its
+// template and sizes, which differ between a create and a branch.
 func createRequest(req *apiv1.CreateSandboxRequest) sandbox.CreateRequest {
 	return sandbox.CreateRequest{Env: req.Env, Metadata: req.Metadata, Network: req.Network,
 		TimeoutSeconds: req.TimeoutSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds}
@@ -200,8 +158,8 @@ func (s *Server) keepSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
-	if req.TimeoutSeconds <= 0 || req.TimeoutSeconds > maxTimeoutSeconds {
-		return invalid(map[string]string{"timeout_seconds": fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds)})
+	if err := sandbox.ValidKeep(req.TimeoutSeconds); err != nil { // 400 before an unknown sandbox's 404
+		return err
 	}
 	sb, err := s.sandbox(r)
 	if err != nil {

@@ -26,7 +26,6 @@ import (
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
-	"github.com/space-sandbox/space/internal/worker"
 )
 
 // Config is the API's behaviour. Zero values take the documented defaults.
@@ -46,16 +45,8 @@ type Config struct {
 	// Heartbeat is the idle interval after which event streams send a
 	// heartbeat (default 15s).
 	Heartbeat time.Duration
-	// Sandbox defaults when neither the request nor the template says
-	// (sandbox.Config, which owns them: 1 vCPU, 256 MiB).
-	DefaultVCPUs     int
-	DefaultMemoryMiB int
-	// Limits of one sandbox.
-	MaxVCPUs     int // default 8
-	MaxMemoryMiB int // default 16384
-	MaxDiskMiB   int // default 262144
-	// WorkerID names the (single) worker in sandbox records and admin listings.
-	WorkerID string // default "local"
+	// A sandbox's default sizes, limits and worker name are the Service's
+	// (sandbox.Config).
 
 	// Read bounds of HTTPServer (see httpedge.go). A JSON body must arrive
 	// whole within BodyTimeout; an upload (a route with a body limit of its
@@ -88,12 +79,6 @@ func (c *Config) setDefaults() {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 15 * time.Second
 	}
-	def(&c.MaxVCPUs, 8)
-	def(&c.MaxMemoryMiB, 16384)
-	def(&c.MaxDiskMiB, 256*1024)
-	if c.WorkerID == "" {
-		c.WorkerID = "local"
-	}
 	defDur := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
@@ -108,19 +93,23 @@ func (c *Config) setDefaults() {
 
 // Deps are the parts the API drives.
 type Deps struct {
+	// Service is the control-plane domain the handlers call: the other
+	// edges (the E2B-compatible API) get the same one (internal/server
+	// builds it, with RequestID for its logs).
+	Service *sandbox.Service
+	// Store keeps the idempotency records, the one persistence the API
+	// owns.
 	Store  store.Store
 	Ops    *operation.Engine
 	Auth   *auth.Authenticator
-	Worker worker.Worker
 	Logger *slog.Logger
 	// Metrics may be nil (NewMetrics is then called). Pass the same value to
 	// the worker (BootDuration) and the engine (Registry).
 	Metrics *Metrics
 	// Secrets stores tenants' secrets; nil answers the secrets routes 503.
 	Secrets *secrets.Service
-	// Templates builds templates (see sandbox.TemplateDeps).
-	Templates sandbox.TemplateDeps
-	// Ready, when set, answers /readyz instead of Worker.Ready: a control
+	// Ready, when set, answers /readyz instead of the worker's readiness
+	// (sandbox.Service.WorkerReady): a control
 	// plane is ready when its store and its view of the cluster are, with
 	// or without a worker able to take a sandbox now.
 	Ready func(ctx context.Context) error
@@ -151,13 +140,14 @@ type Server struct {
 	idemLocks keylock.Map
 }
 
-// New builds the API server and registers the sandbox operation handlers
-// (internal/sandbox) with deps.Ops. After New, call deps.Ops.Recover and then
-// Server.Reconcile with its result; run Server.Run for exit watching and
-// expiry.
+// New builds the API server over deps.Service and registers the sandbox
+// operation handlers (internal/sandbox) with deps.Ops, converting their
+// results to the wire form operations record. After New, call
+// deps.Ops.Recover and then Server.Reconcile with its result; run
+// Server.Run for exit watching and expiry.
 func New(cfg Config, deps Deps) (*Server, error) {
-	if deps.Store == nil || deps.Ops == nil || deps.Auth == nil || deps.Worker == nil {
-		return nil, fmt.Errorf("api: Store, Ops, Auth and Worker are required")
+	if deps.Service == nil || deps.Store == nil || deps.Ops == nil || deps.Auth == nil {
+		return nil, fmt.Errorf("api: Service, Store, Ops and Auth are required")
 	}
 	cfg.setDefaults()
 	features, err := featureSet(cfg.Features)
@@ -173,12 +163,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg: cfg, features: features,
 		idem: deps.Store, ops: deps.Ops, auth: deps.Auth, secrets: deps.Secrets,
-		logger: deps.Logger, metrics: deps.Metrics, ready: deps.Ready,
-	}
-	s.svc, err = sandbox.New(sandbox.Config{DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, WorkerID: cfg.WorkerID},
-		sandbox.Deps{Store: deps.Store, Ops: deps.Ops, Worker: deps.Worker, Logger: deps.Logger, RequestID: requestID, Templates: deps.Templates})
-	if err != nil {
-		return nil, err
+		logger: deps.Logger, metrics: deps.Metrics, ready: deps.Ready, svc: deps.Service,
 	}
 	if s.ready == nil {
 		s.ready = s.svc.WorkerReady
@@ -194,14 +179,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.handler = s.base(mux)
 	return s, nil
 }
-
-// Service is the control-plane domain the API calls: the other edges (the
-// E2B-compatible API) call the same one.
-func (s *Server) Service() *sandbox.Service { return s.svc }
-
-// Authenticator checks the API's keys: the other edges check theirs with
-// it too.
-func (s *Server) Authenticator() *auth.Authenticator { return s.auth }
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
@@ -336,9 +313,6 @@ func (s *Server) refreshSandboxGauge(ctx context.Context) {
 		s.metrics.Sandboxes.WithLabelValues(string(st)).Set(float64(counts[st]))
 	}
 }
-
-// TemplateDeps build templates (see sandbox.TemplateDeps).
-type TemplateDeps = sandbox.TemplateDeps
 
 // ReconcileTemplates marks failed the template builds a restart interrupted
 // (see sandbox.Service.ReconcileTemplates).

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
 	"path"
 
@@ -88,15 +87,7 @@ func (s *Server) validateBuild(p auth.Principal, req *apiv1.CreateTemplateReques
 		f["source"] = "suite, variant, packages and script belong to debian sources"
 	}
 	if d := req.Defaults; d != nil {
-		if d.VCPUs < 0 || d.VCPUs > s.cfg.MaxVCPUs {
-			f["defaults.vcpus"] = fmt.Sprintf("must be between 1 and %d", s.cfg.MaxVCPUs)
-		}
-		if d.MemoryMiB != 0 && (d.MemoryMiB < 128 || d.MemoryMiB > s.cfg.MaxMemoryMiB) {
-			f["defaults.memory_mib"] = fmt.Sprintf("must be between 128 and %d", s.cfg.MaxMemoryMiB)
-		}
-		if d.DiskMiB != 0 && (d.DiskMiB < 64 || d.DiskMiB > s.cfg.MaxDiskMiB) {
-			f["defaults.disk_mib"] = fmt.Sprintf("must be between 64 and %d", s.cfg.MaxDiskMiB)
-		}
+		s.svc.SizeFields("defaults.", sandbox.Size{VCPUs: d.VCPUs, MemoryMiB: d.MemoryMiB, DiskMiB: d.DiskMiB}, f)
 		// These reach execve and paths in every sandbox of the template.
 		noNUL(f, "defaults.user", d.User)
 		noNULs(f, "defaults.start_command", d.StartCommand)
@@ -105,7 +96,7 @@ func (s *Server) validateBuild(p auth.Principal, req *apiv1.CreateTemplateReques
 			f["defaults.workdir"] = "must be an absolute path"
 		}
 		env := map[string]string{}
-		validateEnv(d.Env, env)
+		sandbox.EnvFields(d.Env, env)
 		for k, v := range env {
 			f["defaults."+k] = v
 		}

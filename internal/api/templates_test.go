@@ -96,8 +96,8 @@ func newTplEnv(t *testing.T) *tplEnv {
 		t.Fatal(err)
 	}
 	te.logs = filepath.Join(root, "logs")
-	te.env = newEnvWith(t, Config{}, func(d *Deps) {
-		d.Templates = TemplateDeps{Builder: b, LogDir: te.logs, TemplatesDir: te.templates,
+	te.env = newEnvWith(t, Config{}, func(d *sandbox.Deps) {
+		d.Templates = sandbox.TemplateDeps{Builder: b, LogDir: te.logs, TemplatesDir: te.templates,
 			Publish: func(ctx context.Context, dir string, m template.Metadata) error {
 				te.mu.Lock()
 				defer te.mu.Unlock()

@@ -41,7 +41,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
-	wk := apiv1.Worker{Name: s.cfg.WorkerID, State: apiv1.WorkerReady, Simulated: s.svc.WorkerSimulated()}
+	wk := apiv1.Worker{Name: s.svc.WorkerID(), State: apiv1.WorkerReady, Simulated: s.svc.WorkerSimulated()}
 	if err := s.svc.WorkerReady(ctx); err != nil {
 		wk.State = apiv1.WorkerNotReady
 		_, info := errorInfo(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
@@ -47,7 +48,11 @@ func server(t *testing.T) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Config{}, api.Deps{Store: st, Ops: eng, Auth: au, Worker: apitest.NewWorker(t), Secrets: sec})
+	svc, err := sandbox.New(sandbox.Config{}, sandbox.Deps{Store: st, Ops: eng, Worker: apitest.NewWorker(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{}, api.Deps{Service: svc, Store: st, Ops: eng, Auth: au, Secrets: sec})
 	if err != nil {
 		t.Fatal(err)
 	}

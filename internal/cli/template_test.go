@@ -17,6 +17,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/client"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/template"
@@ -54,8 +55,12 @@ func templateServer(t *testing.T) (url, key, imports string) {
 	}
 	au := auth.New(st, nil)
 	apitest.RegisterBaseTemplate(t, st)
-	srv, err := api.New(api.Config{}, api.Deps{Store: st, Ops: eng, Auth: au, Worker: apitest.NewWorker(t),
-		Templates: api.TemplateDeps{Builder: b, LogDir: filepath.Join(dir, "logs")}})
+	svc, err := sandbox.New(sandbox.Config{}, sandbox.Deps{Store: st, Ops: eng, Worker: apitest.NewWorker(t),
+		Templates: sandbox.TemplateDeps{Builder: b, LogDir: filepath.Join(dir, "logs")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Config{}, api.Deps{Service: svc, Store: st, Ops: eng, Auth: au})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
@@ -25,6 +27,8 @@ import (
 // benchEnv is the E2B front end over a real API server (SQLite store,
 // operation engine, the API test worker) with one running sandbox.
 type benchEnv struct {
+	st        store.Store
+	au        *auth.Authenticator
 	h         http.Handler
 	key       string // a tenant's SPACE key
 	otherKey  string // another tenant's
@@ -32,7 +36,10 @@ type benchEnv struct {
 	envdToken string
 }
 
-func newBenchEnv(b testing.TB) *benchEnv {
+func newBenchEnv(b testing.TB) *benchEnv { return newBenchEnvLog(b, nil) }
+
+// newBenchEnvLog is newBenchEnv logging to logw (nil: nowhere).
+func newBenchEnvLog(b testing.TB, logw io.Writer) *benchEnv {
 	b.Helper()
 	st, err := sqlite.Open(filepath.Join(b.TempDir(), "space.db"))
 	if err != nil {
@@ -40,6 +47,9 @@ func newBenchEnv(b testing.TB) *benchEnv {
 	}
 	b.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
+	if logw != nil {
+		log = slog.New(slog.NewTextHandler(logw, nil))
+	}
 	m := api.NewMetrics()
 	eng := operation.New(operation.Config{Store: st, Logger: log, Registerer: m.Registry})
 	b.Cleanup(func() {
@@ -50,7 +60,11 @@ func newBenchEnv(b testing.TB) *benchEnv {
 	fw := apitest.NewWorker(b)
 	apitest.RegisterBaseTemplate(b, st)
 	au := auth.New(st, log)
-	srv, err := api.New(api.Config{}, api.Deps{Store: st, Ops: eng, Auth: au, Worker: fw, Logger: log, Metrics: m})
+	svc, err := sandbox.New(sandbox.Config{}, sandbox.Deps{Store: st, Ops: eng, Worker: fw, Logger: log, RequestID: api.RequestID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := api.New(api.Config{}, api.Deps{Service: svc, Store: st, Ops: eng, Auth: au, Logger: log, Metrics: m})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +85,7 @@ func newBenchEnv(b testing.TB) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{otherKey: otherKey, h: e2b.New(e2b.Config{}, srv, srv.Service(), srv.Authenticator(), st, log), key: key}
+	e := &benchEnv{st: st, au: au, otherKey: otherKey, h: e2b.New(e2b.Config{}, srv, svc, au, st, log), key: key}
 	res := e.do(b, "POST", "/sandboxes", `{"templateID":"base"}`, nil)
 	if res.Code != http.StatusCreated {
 		b.Fatalf("create: %d %s", res.Code, res.Body)
@@ -100,7 +114,7 @@ func (e *benchEnv) do(b testing.TB, method, path, body string, hdr map[string]st
 	}
 	r := httptest.NewRequest(method, path, rd)
 	r.RemoteAddr = "127.0.0.1:1"
-	if e.sandbox != "" && (path[:6] == "/files" || path[:9] == "/process.") {
+	if e.sandbox != "" && (strings.HasPrefix(path, "/files") || strings.HasPrefix(path, "/process.") || strings.HasPrefix(path, "/filesystem.")) {
 		r.Header.Set(e2b.HeaderSandboxID, e.sandbox)
 		r.Header.Set(e2b.HeaderAccessToken, e.envdToken)
 	} else {

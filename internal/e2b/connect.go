@@ -66,15 +66,14 @@ func (e *rpcError) httpStatus() int {
 	return http.StatusInternalServerError
 }
 
-// asRPCError turns an error of a /v1 call into a Connect error.
+// asRPCError turns an error (the domain's or this package's) into a Connect error.
 func asRPCError(err error) *rpcError {
 	var re *rpcError
 	if errors.As(err, &re) {
 		return re
 	}
-	var ve *v1Error
-	if errors.As(err, &ve) {
-		return &rpcError{Code: rpcCodeOf(ve.status), Message: ve.message}
+	if status, msg, ok := domainError(err); ok {
+		return &rpcError{Code: rpcCodeOf(status), Message: msg}
 	}
 	var pe *publicError
 	if errors.As(err, &pe) {

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/sandbox"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
@@ -65,21 +66,25 @@ func TestReadStreamRequest(t *testing.T) {
 // first, output as base64 bytes, the end event, then the end-of-stream.
 func TestProcessStream(t *testing.T) {
 	w := httptest.NewRecorder()
-	s := newServerStream(w)
-	out, code := "hi\n", 3
-	for _, ev := range []apiv1.Event{
-		{Type: apiv1.EventStarted, PID: 42},
-		{Type: apiv1.EventStdout, Data: &out},
-		{Type: apiv1.EventStderr, DataB64: []byte{0xff}},
-		{Type: apiv1.EventHeartbeat},
-		{Type: apiv1.EventExit, ExitCode: &code, Reason: "exited"},
+	s := &processSink{out: newServerStream(w)}
+	code := 3
+	for _, ev := range []agentproto.Event{
+		{Type: agentproto.EventStarted, PID: 42},
+		{Type: agentproto.EventStdout, Data: []byte("hi\n")},
+		{Type: agentproto.EventStderr, Data: []byte{0xff}},
 	} {
-		if _, e := forward(s, ev, false); e != nil {
-			t.Fatal(e)
+		if err := s.Event(ev); err != nil {
+			t.Fatal(err)
 		}
 	}
-	s.End(nil)
-	s.End(rpcErrorf("internal", "ignored: the stream has ended"))
+	if err := s.Heartbeat(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Event(agentproto.Event{Type: agentproto.EventExit, Seq: 9,
+		Exit: &agentproto.ExitStatus{ExitCode: &code, Reason: agentproto.ReasonExited}}); err != nil {
+		t.Fatal(err)
+	}
+	s.out.End(rpcErrorf("internal", "ignored: the stream has ended"))
 	want := []string{
 		`{"event":{"start":{"pid":42}}}`,
 		`{"event":{"data":{"stdout":"aGkK"}}}`,
@@ -104,7 +109,7 @@ func TestProcessStream(t *testing.T) {
 
 func TestEndOfSignaled(t *testing.T) {
 	sig := "SIGKILL"
-	end := endOf(apiv1.Event{Type: apiv1.EventExit, Signal: &sig, Reason: "killed"})
+	end := endOf(sandbox.Exit{Signal: &sig, Reason: "killed"})
 	b, _ := json.Marshal(end)
 	if end.ExitCode != -1 || end.Exited || !strings.Contains(end.Status, "SIGKILL") || end.Error == nil {
 		t.Fatalf("end = %s", b)

@@ -7,17 +7,17 @@
 // plane API (sandboxes, authorised by X-API-KEY, a SPACE key); every other
 // request passes to the /v1 handler untouched.
 //
-// Sandbox reads (get, list, envd health), pause, resume, kill and the
-// waits for their operations call the domain, sandbox.Service, directly,
-// as the principal /v1's authenticator makes of the caller's key or envd
-// token, and log each call (tenant, key, result). Calls whose body /v1
-// validates (create, timeout) or that reach a guest (files, processes) are
-// still translated into /v1 requests made in-process on the /v1 handler,
-// so validation, tenant scoping, quotas, operations and audit are exactly
-// those of /v1. The package owns the
-// translation, the Connect framing and the envd tokens' issue and check;
-// it owns no sandbox state and never calls the store's sandboxes or a
-// worker (internal/convention's TestEdgesCallTheService).
+// Every call goes to the domain, sandbox.Service, as the principal /v1's
+// authenticator makes of the caller's key (or the tenant of the envd
+// token), and is logged (tenant, key, result): sandbox reads, create,
+// timeout, pause, resume, kill and the waits for their operations, and a
+// sandbox's files and processes. The Service decides what /v1's handlers
+// decide (validation, tenant scoping, quotas, states, operations), so both
+// edges answer alike; E2B's calls carry no idempotency key. The package
+// owns the translation, the Connect framing and the envd tokens' issue and
+// check; it owns no sandbox state, never calls the store's sandboxes or a
+// worker (internal/convention's TestEdgesCallTheService) and never makes
+// an in-process request of /v1 (TestE2BCallsNoV1InProcess).
 package e2b
 
 import (
@@ -61,9 +61,16 @@ type Config struct {
 	// OpWait bounds how long a lifecycle call waits for its operation
 	// (default 10m); E2B's API is synchronous.
 	OpWait time.Duration
+	// MaxUploadBytes bounds an envd upload's body, as /v1's
+	// (default 1 GiB).
+	MaxUploadBytes int64
+	// Heartbeat is the silence after which a process stream sends a
+	// keepalive (default 15s, /v1's).
+	Heartbeat time.Duration
 }
 
-// Handler serves the E2B API and passes everything else to the /v1 handler.
+// Handler serves the E2B API and passes everything else (requests that are
+// not E2B's) to the /v1 handler.
 type Handler struct {
 	cfg       Config
 	v1        http.Handler
@@ -87,6 +94,12 @@ type EnvdTokens interface {
 func New(cfg Config, v1 http.Handler, sandboxes Sandboxes, au Authenticator, tokens EnvdTokens, log *slog.Logger) *Handler {
 	if cfg.OpWait <= 0 {
 		cfg.OpWait = 10 * time.Minute
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 1 << 30
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -37,8 +38,8 @@ func TestIsREST(t *testing.T) {
 }
 
 // fakeV1 stands for SPACE's /v1 handler: it records what reached it and
-// answers a file read with the principal's tenant in the body. Sandbox
-// reads do not reach it: they ask the domain (fakeDomain).
+// records what reaches it: only requests that are not E2B's do (E2B's
+// calls ask the domain, fakeDomain).
 type fakeV1 struct {
 	paths []string
 }
@@ -46,13 +47,6 @@ type fakeV1 struct {
 func (f *fakeV1) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.paths = append(f.paths, r.Method+" "+r.URL.Path)
 	switch {
-	case r.URL.Path == "/v1/sandboxes/sbx_a/files" && r.Method == "GET":
-		p, ok := auth.FromContext(r.Context())
-		if !ok {
-			http.Error(w, `{"error":{"code":"unauthenticated","message":"no principal"}}`, 401)
-			return
-		}
-		_, _ = io.WriteString(w, "tenant="+p.TenantID+" path="+r.URL.Query().Get("path"))
 	case strings.HasPrefix(r.URL.Path, "/v1/sandboxes/"):
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(404)
@@ -63,8 +57,17 @@ func (f *fakeV1) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // fakeDomain stands for sandbox.Service: sandbox sbx_a of tenant ten_a,
-// suspended. It records the filter of the last listing.
-type fakeDomain struct{ filter store.SandboxFilter }
+// suspended. It records the filter of the last listing and answers a file
+// read with the sandbox's tenant and the path in the body. What it does
+// not implement panics (Sandboxes is nil).
+type fakeDomain struct {
+	Sandboxes
+	filter store.SandboxFilter
+}
+
+func (d *fakeDomain) ReadFile(ctx context.Context, sb *store.Sandbox, p string) (io.ReadCloser, agentproto.FileInfo, error) {
+	return io.NopCloser(strings.NewReader("tenant=" + sb.TenantID + " path=" + p)), agentproto.FileInfo{}, nil
+}
 
 var sandboxA = store.Sandbox{ID: "sbx_a", TenantID: "ten_a", Template: "base", State: store.SandboxSuspended,
 	VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024, Metadata: map[string]string{"a": "1"},
@@ -172,10 +175,8 @@ func TestRouting(t *testing.T) {
 			}
 		})
 	}
-	for _, p := range v1.paths {
-		if !strings.HasPrefix(p, "GET /v1/") && p != "GET /healthz" {
-			t.Errorf("/v1 handler got %s", p)
-		}
+	if want := []string{"GET /v1/features", "GET /healthz"}; !reflect.DeepEqual(v1.paths, want) {
+		t.Errorf("/v1 handler got %q, want only the pass-throughs %q", v1.paths, want)
 	}
 }
 

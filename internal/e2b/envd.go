@@ -9,12 +9,11 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"net/url"
 	"path"
 	"strings"
 	"time"
 
-	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
@@ -27,8 +26,16 @@ type envdCall struct {
 	user    string // the account to act as (Basic auth user, or defaultUser)
 }
 
-func (c *envdCall) sandboxPath(suffix string) string {
-	return "/v1/sandboxes/" + url.PathEscape(c.sandbox) + suffix
+// on loads the call's sandbox (as the token's tenant) and runs fn on it,
+// logging the call as what.
+func (h *Handler) on(ctx context.Context, c *envdCall, what string, fn func(sb *store.Sandbox) error) error {
+	start := time.Now()
+	p, sb, err := h.load(ctx, c.who, c.sandbox, "")
+	if err == nil {
+		err = fn(sb)
+	}
+	h.audit(ctx, what, p, c.sandbox, start, err)
+	return err
 }
 
 // resolve makes an envd path absolute: relative paths are the user's home's.
@@ -150,29 +157,34 @@ func (h *Handler) getFiles(w http.ResponseWriter, r *http.Request, c *envdCall) 
 		c.user = u
 	}
 	p := c.resolve(r.URL.Query().Get("path"))
-	status, hdr, body := h.stream(r.Context(), c.who, "GET", c.sandboxPath("/files"), url.Values{"path": {p}})
-	defer body.Close()
-	if status != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(body, 1<<20))
-		h.writeErr(w, r, (&v1Response{status: status, header: hdr, body: b}).err())
+	var body io.ReadCloser
+	err := h.on(r.Context(), c, "read file", func(sb *store.Sandbox) (err error) {
+		body, _, err = h.sandboxes.ReadFile(r.Context(), sb, p)
+		return err
+	})
+	if err != nil {
+		h.writeErr(w, r, err)
 		return
 	}
+	defer body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if cl := hdr.Get("Content-Length"); cl != "" {
-		w.Header().Set("Content-Length", cl)
-	}
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, body)
+	if _, err := io.Copy(w, body); err != nil {
+		// Headers are gone; a cut-off body is all a client can be told.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // postFiles writes one file (octet-stream body) or several (multipart
-// parts named "file", each naming its path as the filename).
+// parts named "file", each naming its path as the filename). The body is
+// bounded by cfg.MaxUploadBytes, as /v1's uploads are.
 func (h *Handler) postFiles(w http.ResponseWriter, r *http.Request, c *envdCall) {
 	if u := r.URL.Query().Get("username"); u != "" {
 		c.user = u
 	}
 	// An upload may take as long as it keeps arriving.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(10 * time.Minute))
+	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxUploadBytes)
 	qpath := r.URL.Query().Get("path")
 	var out []fileWritten
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -184,7 +196,7 @@ func (h *Handler) postFiles(w http.ResponseWriter, r *http.Request, c *envdCall)
 				break
 			}
 			if err != nil {
-				writeRESTError(w, http.StatusBadRequest, "bad multipart body")
+				h.writeErr(w, r, uploadError(err, errorf(http.StatusBadRequest, "bad multipart body")))
 				return
 			}
 			if part.FormName() != "file" {
@@ -194,9 +206,9 @@ func (h *Handler) postFiles(w http.ResponseWriter, r *http.Request, c *envdCall)
 			if target == "" {
 				target = part.FileName()
 			}
-			fw, err := h.putFile(r.Context(), c, target, part)
+			fw, err := h.putFile(r.Context(), c, target, -1, part)
 			if err != nil {
-				h.writeErr(w, r, err)
+				h.writeErr(w, r, uploadError(err, err))
 				return
 			}
 			out = append(out, fw)
@@ -206,9 +218,9 @@ func (h *Handler) postFiles(w http.ResponseWriter, r *http.Request, c *envdCall)
 			writeRESTError(w, http.StatusBadRequest, "Content-Encoding %q is not supported", r.Header.Get("Content-Encoding"))
 			return
 		}
-		fw, err := h.putFile(r.Context(), c, qpath, r.Body)
+		fw, err := h.putFile(r.Context(), c, qpath, r.ContentLength, r.Body)
 		if err != nil {
-			h.writeErr(w, r, err)
+			h.writeErr(w, r, uploadError(err, err))
 			return
 		}
 		out = append(out, fw)
@@ -220,34 +232,48 @@ func (h *Handler) postFiles(w http.ResponseWriter, r *http.Request, c *envdCall)
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *Handler) putFile(ctx context.Context, c *envdCall, target string, body io.Reader) (fileWritten, error) {
+// uploadError is the body limit's 413 when err comes of it, else other.
+func uploadError(err, other error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errorf(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", mbe.Limit)
+	}
+	return other
+}
+
+// putFile writes body (size bytes; -1: unknown) as target, owned by the
+// call's user.
+func (h *Handler) putFile(ctx context.Context, c *envdCall, target string, size int64, body io.Reader) (fileWritten, error) {
 	if target == "" {
 		return fileWritten{}, errorf(http.StatusBadRequest, "the file's path is required")
 	}
 	p := c.resolve(target)
-	res := h.call(ctx, c.who, "PUT", c.sandboxPath("/files"), url.Values{"path": {p}}, body, "application/octet-stream")
-	if !res.ok() {
-		return fileWritten{}, res.err()
-	}
-	if c.user != "root" {
-		// /v1 writes as root; E2B's files belong to the user who wrote them.
-		if err := h.run(ctx, c, []string{"chown", c.user + ":", p}); err != nil {
-			return fileWritten{}, err
+	err := h.on(ctx, c, "write file", func(sb *store.Sandbox) error {
+		if _, err := h.sandboxes.WriteFile(ctx, sb, p, 0o644, size, body); err != nil {
+			return err
 		}
+		if c.user != "root" {
+			// Files are written as root; E2B's belong to the user who
+			// wrote them.
+			return h.run(ctx, sb, []string{"chown", c.user + ":", p})
+		}
+		return nil
+	})
+	if err != nil {
+		return fileWritten{}, err
 	}
 	return fileWritten{Path: p, Name: path.Base(p), Type: "file"}, nil
 }
 
-// run runs a short command as root through /v1 exec; a non-zero exit is
-// an error carrying its stderr.
-func (h *Handler) run(ctx context.Context, c *envdCall, argv []string) error {
-	var out apiv1.ExecResponse
-	req := apiv1.ExecRequest{CreateCommandRequest: apiv1.CreateCommandRequest{Argv: argv, User: "root", TimeoutSeconds: 60}}
-	if _, err := h.callJSON(ctx, c.who, "POST", c.sandboxPath("/exec"), nil, req, &out); err != nil {
+// run runs a short command in sb as root (sandbox.Service.Exec); a
+// non-zero exit is an error carrying its stderr.
+func (h *Handler) run(ctx context.Context, sb *store.Sandbox, argv []string) error {
+	res, err := h.sandboxes.Exec(ctx, sb, agentproto.ProcessSpec{Argv: argv, User: "root", TimeoutSeconds: 60}, nil, 1<<20)
+	if err != nil {
 		return err
 	}
-	if out.ExitCode == nil || *out.ExitCode != 0 {
-		return &execFailed{stderr: strings.TrimSpace(out.Stderr)}
+	if res.Exit.ExitCode == nil || *res.Exit.ExitCode != 0 {
+		return &execFailed{stderr: strings.TrimSpace(string(res.Stderr.Data))}
 	}
 	return nil
 }

@@ -5,23 +5,36 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"path"
 	"strconv"
 	"time"
 
-	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/store"
 )
 
-// serveFilesystem serves filesystem.Filesystem on /v1 files (stat and
-// listings from files/list, removal by DELETE) and short root commands
-// through /v1 exec for what /v1 has no route for (mkdir, mv).
+// serveFilesystem serves filesystem.Filesystem on the Service's files
+// (stat and listings from ListDir, removal by DeleteFile) and short root
+// commands (Exec) for what has no file call (mkdir, mv).
 func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, c *envdCall, method string) {
 	ctx := r.Context()
 	var (
 		out any
 		err error
+		sb  *store.Sandbox
 	)
+	if method == "Stat" || method == "ListDir" || method == "MakeDir" || method == "Move" || method == "Remove" {
+		// The sandbox is read once per call; the call is logged as its method.
+		start := time.Now()
+		var p auth.Principal
+		p, sb, err = h.load(ctx, c.who, c.sandbox, "")
+		defer func() { h.audit(ctx, "filesystem "+method, p, c.sandbox, start, err) }()
+		if err != nil {
+			writeUnaryError(w, asRPCError(err))
+			return
+		}
+	}
 	switch method {
 	case "Stat":
 		var req pathRequest
@@ -30,7 +43,7 @@ func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, c *env
 			return
 		}
 		var ent entryInfo
-		ent, err = h.stat(ctx, c, c.resolve(req.Path))
+		ent, err = h.stat(ctx, sb, c.resolve(req.Path))
 		out = entryResponse{Entry: ent}
 	case "ListDir":
 		var req listDirRequest
@@ -40,7 +53,7 @@ func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, c *env
 		}
 		depth := max(int(req.Depth), 1)
 		ents := []entryInfo{}
-		err = h.listDir(ctx, c, c.resolve(req.Path), depth, &ents)
+		err = h.listDir(ctx, sb, c.resolve(req.Path), depth, &ents)
 		out = listDirResponse{Entries: ents}
 	case "MakeDir":
 		var req pathRequest
@@ -49,16 +62,16 @@ func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, c *env
 			return
 		}
 		p := c.resolve(req.Path)
-		if _, serr := h.stat(ctx, c, p); serr == nil {
+		if _, serr := h.stat(ctx, sb, p); serr == nil {
 			err = rpcErrorf("already_exists", "%s already exists", p)
 			break
 		}
-		if err = h.run(ctx, c, []string{"mkdir", "-p", "--", p}); err == nil && c.user != "root" {
-			err = h.run(ctx, c, []string{"chown", c.user + ":", p})
+		if err = h.run(ctx, sb, []string{"mkdir", "-p", "--", p}); err == nil && c.user != "root" {
+			err = h.run(ctx, sb, []string{"chown", c.user + ":", p})
 		}
 		var ent entryInfo
 		if err == nil {
-			ent, err = h.stat(ctx, c, p)
+			ent, err = h.stat(ctx, sb, p)
 		}
 		out = entryResponse{Entry: ent}
 	case "Move":
@@ -68,12 +81,12 @@ func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, c *env
 			return
 		}
 		src, dst := c.resolve(req.Source), c.resolve(req.Destination)
-		if _, err = h.stat(ctx, c, src); err != nil {
+		if _, err = h.stat(ctx, sb, src); err != nil {
 			break
 		}
 		var ent entryInfo
-		if err = h.run(ctx, c, []string{"mv", "-f", "--", src, dst}); err == nil {
-			ent, err = h.stat(ctx, c, dst)
+		if err = h.run(ctx, sb, []string{"mv", "-f", "--", src, dst}); err == nil {
+			ent, err = h.stat(ctx, sb, dst)
 		}
 		out = entryResponse{Entry: ent}
 	case "Remove":
@@ -82,10 +95,7 @@ func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, c *env
 			writeUnaryError(w, e)
 			return
 		}
-		res := h.call(ctx, c.who, "DELETE", c.sandboxPath("/files"), url.Values{"path": {c.resolve(req.Path)}, "recursive": {"true"}}, nil, "")
-		if !res.ok() {
-			err = res.err()
-		}
+		err = h.sandboxes.DeleteFile(ctx, sb, c.resolve(req.Path), true)
 		out = struct{}{}
 	default:
 		writeUnaryError(w, rpcErrorf("unimplemented", "filesystem.Filesystem/%s is not supported by SPACE", method))
@@ -102,19 +112,13 @@ func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, c *env
 	writeUnary(w, out)
 }
 
-func (h *Handler) list(ctx context.Context, c *envdCall, dir string) ([]apiv1.FileInfo, error) {
-	var infos []apiv1.FileInfo
-	_, err := h.callJSON(ctx, c.who, "GET", c.sandboxPath("/files/list"), url.Values{"path": {dir}}, nil, &infos)
-	return infos, err
-}
-
 // stat finds p in its parent's listing; "/" is a directory.
-func (h *Handler) stat(ctx context.Context, c *envdCall, p string) (entryInfo, error) {
+func (h *Handler) stat(ctx context.Context, sb *store.Sandbox, p string) (entryInfo, error) {
 	if p == "/" {
 		return entryInfo{Name: "/", Path: "/", Type: "FILE_TYPE_DIRECTORY", Size: "0",
 			Mode: uint32(fs.ModeDir | 0o755), Permissions: (fs.ModeDir | 0o755).String()}, nil
 	}
-	infos, err := h.list(ctx, c, path.Dir(p))
+	infos, err := h.sandboxes.ListDir(ctx, sb, path.Dir(p))
 	if err != nil {
 		return entryInfo{}, err
 	}
@@ -126,8 +130,8 @@ func (h *Handler) stat(ctx context.Context, c *envdCall, p string) (entryInfo, e
 	return entryInfo{}, rpcErrorf("not_found", "%s not found", p)
 }
 
-func (h *Handler) listDir(ctx context.Context, c *envdCall, dir string, depth int, out *[]entryInfo) error {
-	infos, err := h.list(ctx, c, dir)
+func (h *Handler) listDir(ctx context.Context, sb *store.Sandbox, dir string, depth int, out *[]entryInfo) error {
+	infos, err := h.sandboxes.ListDir(ctx, sb, dir)
 	if err != nil {
 		return err
 	}
@@ -135,7 +139,7 @@ func (h *Handler) listDir(ctx context.Context, c *envdCall, dir string, depth in
 		ent := toEntry(dir, fi)
 		*out = append(*out, ent)
 		if depth > 1 && fi.Type == "dir" {
-			if err := h.listDir(ctx, c, ent.Path, depth-1, out); err != nil {
+			if err := h.listDir(ctx, sb, ent.Path, depth-1, out); err != nil {
 				return err
 			}
 		}
@@ -143,9 +147,8 @@ func (h *Handler) listDir(ctx context.Context, c *envdCall, dir string, depth in
 	return nil
 }
 
-func toEntry(dir string, fi apiv1.FileInfo) entryInfo {
-	perm, _ := strconv.ParseUint(fi.Mode, 8, 32)
-	mode := fs.FileMode(perm) & fs.ModePerm
+func toEntry(dir string, fi agentproto.FileInfo) entryInfo {
+	mode := fs.FileMode(fi.Mode) & fs.ModePerm
 	typ := "FILE_TYPE_FILE"
 	switch fi.Type {
 	case "dir":

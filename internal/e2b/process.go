@@ -1,23 +1,21 @@
 package e2b
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 
-	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/store"
 )
 
-// serveProcess serves process.Process on /v1 command sessions: a process's
-// pid is its command's pid, Start creates a command and streams its events,
-// Connect re-attaches to a running one.
+// serveProcess serves process.Process on the Service's command sessions:
+// a process's pid is its command's pid, Start creates a command and
+// streams its events, Connect re-attaches to a running one.
 func (h *Handler) serveProcess(w http.ResponseWriter, r *http.Request, c *envdCall, method string) {
 	ctx := r.Context()
 	switch method {
@@ -34,63 +32,70 @@ func (h *Handler) serveProcess(w http.ResponseWriter, r *http.Request, c *envdCa
 			h.rpcFail(w, r, e)
 			return
 		}
-		cmd, err := h.findProcess(ctx, c, req.Process)
+		var sb *store.Sandbox
+		var cmd *store.Command
+		err := h.on(ctx, c, "process connect", func(s *store.Sandbox) (err error) {
+			sb = s
+			cmd, err = h.findProcess(ctx, sb, req.Process)
+			return err
+		})
 		if err != nil {
 			h.rpcFail(w, r, asRPCError(err))
 			return
 		}
-		h.streamEvents(w, r, c, cmd)
+		h.streamEvents(w, r, c, sb, cmd)
 	case "List":
 		if e := readUnary(r, &struct{}{}); e != nil {
 			writeUnaryError(w, e)
 			return
 		}
-		cmds, err := h.commands(ctx, c)
+		var cmds []*store.Command
+		err := h.on(ctx, c, "process list", func(sb *store.Sandbox) (err error) {
+			cmds, err = h.commands(ctx, sb)
+			return err
+		})
 		if err != nil {
 			writeUnaryError(w, asRPCError(err))
 			return
 		}
 		out := listResponse{Processes: []processInfo{}}
 		for _, cmd := range cmds {
-			if cmd.State != apiv1.CommandRunning || cmd.PID <= 0 {
+			if cmd.State != store.CommandRunning || cmd.PID <= 0 {
 				continue
 			}
-			out.Processes = append(out.Processes, processInfo{Config: configOf(cmd), PID: uint32(cmd.PID)})
+			out.Processes = append(out.Processes, processInfo{Config: configOf(specOf(cmd)), PID: uint32(cmd.PID)})
 		}
 		writeUnary(w, out)
 	case "SendInput":
 		var req sendInputRequest
-		h.unaryOnProcess(w, r, c, &req, &req.Process, func(cmd apiv1.Command) error {
+		h.unaryOnProcess(w, r, c, "process input", &req, &req.Process, func(sb *store.Sandbox, cmd *store.Command) error {
 			data := req.Input.Stdin
 			if data == nil {
 				data = req.Input.PTY
 			}
-			return h.stdin(ctx, c, cmd, data, false)
+			return h.sandboxes.Stdin(ctx, sb, cmd, bytes.NewReader(data), false)
 		})
 	case "CloseStdin":
 		var req closeStdinRequest
-		h.unaryOnProcess(w, r, c, &req, &req.Process, func(cmd apiv1.Command) error {
-			return h.stdin(ctx, c, cmd, nil, true)
+		h.unaryOnProcess(w, r, c, "process close stdin", &req, &req.Process, func(sb *store.Sandbox, cmd *store.Command) error {
+			return h.sandboxes.Stdin(ctx, sb, cmd, bytes.NewReader(nil), true)
 		})
 	case "SendSignal":
 		var req sendSignalRequest
-		h.unaryOnProcess(w, r, c, &req, &req.Process, func(cmd apiv1.Command) error {
+		h.unaryOnProcess(w, r, c, "process signal", &req, &req.Process, func(sb *store.Sandbox, cmd *store.Command) error {
 			sig := map[string]string{"SIGNAL_SIGKILL": "SIGKILL", "SIGNAL_SIGTERM": "SIGTERM"}[req.Signal]
 			if sig == "" {
 				return rpcErrorf("invalid_argument", "unknown signal %q", req.Signal)
 			}
-			_, err := h.callJSON(ctx, c.who, "POST", c.sandboxPath("/commands/"+cmd.ID+"/signal"), nil, apiv1.SignalRequest{Signal: sig}, nil)
-			return err
+			return h.sandboxes.Signal(ctx, sb, cmd, sig)
 		})
 	case "Update":
 		var req updateRequest
-		h.unaryOnProcess(w, r, c, &req, &req.Process, func(cmd apiv1.Command) error {
+		h.unaryOnProcess(w, r, c, "process update", &req, &req.Process, func(sb *store.Sandbox, cmd *store.Command) error {
 			if req.PTY == nil || req.PTY.Size == nil {
 				return nil
 			}
-			_, err := h.callJSON(ctx, c.who, "POST", c.sandboxPath("/commands/"+cmd.ID+"/resize"), nil,
-				apiv1.ResizeRequest{Rows: int(req.PTY.Size.Rows), Cols: int(req.PTY.Size.Cols)}, nil)
-			return err
+			return h.sandboxes.Resize(ctx, sb, cmd, int(req.PTY.Size.Rows), int(req.PTY.Size.Cols))
 		})
 	default:
 		h.rpcFail(w, r, rpcErrorf("unimplemented", "process.Process/%s is not supported by SPACE", method))
@@ -99,15 +104,19 @@ func (h *Handler) serveProcess(w http.ResponseWriter, r *http.Request, c *envdCa
 
 // unaryOnProcess decodes req, finds the process sel names, runs fn on it
 // and answers {} or the error.
-func (h *Handler) unaryOnProcess(w http.ResponseWriter, r *http.Request, c *envdCall, req any, sel *processSelector, fn func(apiv1.Command) error) {
+func (h *Handler) unaryOnProcess(w http.ResponseWriter, r *http.Request, c *envdCall, what string, req any, sel *processSelector,
+	fn func(*store.Sandbox, *store.Command) error) {
 	if e := readUnary(r, req); e != nil {
 		writeUnaryError(w, e)
 		return
 	}
-	cmd, err := h.findProcess(r.Context(), c, *sel)
-	if err == nil {
-		err = fn(cmd)
-	}
+	err := h.on(r.Context(), c, what, func(sb *store.Sandbox) error {
+		cmd, err := h.findProcess(r.Context(), sb, *sel)
+		if err != nil {
+			return err
+		}
+		return fn(sb, cmd)
+	})
 	if err != nil {
 		writeUnaryError(w, asRPCError(err))
 		return
@@ -115,66 +124,61 @@ func (h *Handler) unaryOnProcess(w http.ResponseWriter, r *http.Request, c *envd
 	writeUnary(w, struct{}{})
 }
 
-func (h *Handler) stdin(ctx context.Context, c *envdCall, cmd apiv1.Command, data []byte, eof bool) error {
-	q := url.Values{}
-	if eof {
-		q.Set("eof", "true")
-	}
-	res := h.call(ctx, c.who, "POST", c.sandboxPath("/commands/"+cmd.ID+"/stdin"), q, bytes.NewReader(data), "application/octet-stream")
-	if !res.ok() {
-		return res.err()
-	}
-	return nil
+// specOf is what a command was created to run.
+func specOf(cmd *store.Command) agentproto.ProcessSpec {
+	var spec agentproto.ProcessSpec
+	_ = json.Unmarshal(cmd.Spec, &spec) // written by the Service
+	return spec
 }
 
-func configOf(cmd apiv1.Command) processConfig {
-	pc := processConfig{Envs: cmd.Env, Args: []string{}}
+func configOf(spec agentproto.ProcessSpec) processConfig {
+	pc := processConfig{Envs: spec.Env, Args: []string{}}
 	if pc.Envs == nil {
 		pc.Envs = map[string]string{}
 	}
-	if len(cmd.Argv) > 0 {
-		pc.Cmd, pc.Args = cmd.Argv[0], append(pc.Args, cmd.Argv[1:]...)
+	if len(spec.Argv) > 0 {
+		pc.Cmd, pc.Args = spec.Argv[0], append(pc.Args, spec.Argv[1:]...)
 	}
-	if cmd.Cwd != "" {
-		cwd := cmd.Cwd
+	if spec.Cwd != "" {
+		cwd := spec.Cwd
 		pc.Cwd = &cwd
 	}
 	return pc
 }
 
-// commands lists all of the sandbox's command sessions.
-func (h *Handler) commands(ctx context.Context, c *envdCall) ([]apiv1.Command, error) {
-	var all []apiv1.Command
-	q := url.Values{"page_size": {"1000"}}
+// commands lists all of the sandbox's command sessions, fresh.
+func (h *Handler) commands(ctx context.Context, sb *store.Sandbox) ([]*store.Command, error) {
+	var all []*store.Command
+	pr := store.PageRequest{PageSize: store.MaxPageSize}
 	for {
-		var page apiv1.CommandList
-		if _, err := h.callJSON(ctx, c.who, "GET", c.sandboxPath("/commands"), q, nil, &page); err != nil {
+		page, err := h.sandboxes.CommandPage(ctx, sb, pr)
+		if err != nil {
 			return nil, err
 		}
-		all = append(all, page.Commands...)
+		all = append(all, page.Items...)
 		if page.NextPageToken == "" {
 			return all, nil
 		}
-		q.Set("page_token", page.NextPageToken)
+		pr.PageToken = page.NextPageToken
 	}
 }
 
 // findProcess finds the running command a selector names. Tags are not
 // kept, so only pids select.
-func (h *Handler) findProcess(ctx context.Context, c *envdCall, sel processSelector) (apiv1.Command, error) {
+func (h *Handler) findProcess(ctx context.Context, sb *store.Sandbox, sel processSelector) (*store.Command, error) {
 	if sel.PID == nil {
-		return apiv1.Command{}, rpcErrorf("invalid_argument", "select the process by pid (tags are not supported)")
+		return nil, rpcErrorf("invalid_argument", "select the process by pid (tags are not supported)")
 	}
-	cmds, err := h.commands(ctx, c)
+	cmds, err := h.commands(ctx, sb)
 	if err != nil {
-		return apiv1.Command{}, err
+		return nil, err
 	}
 	for _, cmd := range cmds {
-		if cmd.PID == int(*sel.PID) && cmd.State == apiv1.CommandRunning {
+		if cmd.PID == int(*sel.PID) && cmd.State == store.CommandRunning {
 			return cmd, nil
 		}
 	}
-	return apiv1.Command{}, rpcErrorf("not_found", "process with pid %d not found", *sel.PID)
+	return nil, rpcErrorf("not_found", "process with pid %d not found", *sel.PID)
 }
 
 func (h *Handler) startProcess(w http.ResponseWriter, r *http.Request, c *envdCall, req startRequest) {
@@ -182,104 +186,107 @@ func (h *Handler) startProcess(w http.ResponseWriter, r *http.Request, c *envdCa
 		h.rpcFail(w, r, rpcErrorf("invalid_argument", "process.cmd is required"))
 		return
 	}
-	in := apiv1.CreateCommandRequest{
+	spec := agentproto.ProcessSpec{
 		Argv: append([]string{req.Process.Cmd}, req.Process.Args...),
 		Env:  req.Process.Envs, User: c.user,
 	}
 	// envd starts processes in the user's home unless told otherwise.
-	in.Cwd = c.resolve("")
+	spec.Cwd = c.resolve("")
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {
-		in.Cwd = c.resolve(*req.Process.Cwd)
+		spec.Cwd = c.resolve(*req.Process.Cwd)
 	}
 	if req.Stdin != nil {
-		in.Stdin = *req.Stdin
+		spec.Stdin = *req.Stdin
 	}
 	if req.PTY != nil {
-		in.PTY = &apiv1.PTY{Rows: 24, Cols: 80}
+		spec.PTY = sandbox.PTYOf(24, 80)
 		if req.PTY.Size != nil {
-			in.PTY.Rows, in.PTY.Cols = int(req.PTY.Size.Rows), int(req.PTY.Size.Cols)
+			spec.PTY = sandbox.PTYOf(int(req.PTY.Size.Rows), int(req.PTY.Size.Cols))
 		}
-		in.Stdin = true
+		spec.Stdin = true
 	}
-	var out apiv1.CommandResponse
-	if _, err := h.callJSON(r.Context(), c.who, "POST", c.sandboxPath("/commands"), nil, in, &out); err != nil {
+	var sb *store.Sandbox
+	var cmd *store.Command
+	err := h.on(r.Context(), c, "process start", func(s *store.Sandbox) (err error) {
+		sb = s
+		cmd, err = h.sandboxes.NewCommand(r.Context(), sb, spec)
+		return err
+	})
+	if err != nil {
 		h.rpcFail(w, r, asRPCError(err))
 		return
 	}
-	h.streamEvents(w, r, c, out.Command)
+	h.streamEvents(w, r, c, sb, cmd)
 }
 
-// streamEvents attaches to a command's /v1 event stream (which starts a
-// created command) and forwards it as process events until the exit.
-func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c *envdCall, cmd apiv1.Command) {
-	status, hdr, body := h.stream(r.Context(), c.who, "GET", c.sandboxPath("/commands/"+cmd.ID+"/events"), nil)
-	defer body.Close()
-	if status != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(body, 1<<20))
-		h.rpcFail(w, r, asRPCError((&v1Response{status: status, header: hdr, body: b}).err()))
+// streamEvents follows a command (which starts a created one) and
+// forwards its events as process events until the exit.
+func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request, c *envdCall, sb *store.Sandbox, cmd *store.Command) {
+	sink := &processSink{pty: specOf(cmd).PTY != nil}
+	err := h.sandboxes.FollowCommand(r.Context(), sb, cmd, 0, h.cfg.Heartbeat, func() sandbox.EventSink {
+		sink.out = newServerStream(w)
+		return sink
+	})
+	if err != nil {
+		h.rpcFail(w, r, asRPCError(err))
 		return
 	}
-	out := newServerStream(w)
-	br := bufio.NewReaderSize(body, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			var ev apiv1.Event
-			if jerr := json.Unmarshal(line, &ev); jerr != nil {
-				out.End(rpcErrorf("internal", "bad event from the command stream"))
-				return
-			}
-			done, e := forward(out, ev, cmd.PTY != nil)
-			if e != nil || done {
-				out.End(e)
-				return
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) || r.Context().Err() != nil {
-				out.End(rpcErrorf("unavailable", "the command's event stream ended before its exit"))
-				return
-			}
-			out.End(rpcErrorf("unavailable", "the command's event stream broke"))
-			return
-		}
+	if sink.out != nil {
+		sink.out.End(rpcErrorf("unavailable", "the command's event stream ended before its exit")) // no-op after the end
 	}
 }
 
-// forward sends one /v1 event as a process event; done is true after the
-// exit.
-func forward(out *serverStream, ev apiv1.Event, pty bool) (done bool, e *rpcError) {
+// processSink writes a followed command's events as process events.
+type processSink struct {
+	out *serverStream
+	pty bool
+}
+
+func (p *processSink) send(pe processEvent) error { return p.out.Send(eventResponse{Event: pe}) }
+
+func (p *processSink) Event(ev agentproto.Event) error {
 	var pe processEvent
 	switch ev.Type {
-	case apiv1.EventStarted:
+	case agentproto.EventStarted:
 		pe.Start = &startEvent{PID: uint32(ev.PID)}
-	case apiv1.EventStdout:
-		if pty {
-			pe.Data = &dataEvent{PTY: ev.Bytes()}
+	case agentproto.EventStdout:
+		if p.pty {
+			pe.Data = &dataEvent{PTY: ev.Data}
 		} else {
-			pe.Data = &dataEvent{Stdout: ev.Bytes()}
+			pe.Data = &dataEvent{Stdout: ev.Data}
 		}
-	case apiv1.EventStderr:
-		pe.Data = &dataEvent{Stderr: ev.Bytes()}
-	case apiv1.EventHeartbeat:
-		pe.Keepalive = &keepAlive{}
-	case apiv1.EventExit:
-		pe.End = endOf(ev)
-		done = true
-	case apiv1.EventError:
-		return true, rpcErrorf(rpcCodeOfV1(ev.Code), "%s", ev.Message)
+	case agentproto.EventStderr:
+		pe.Data = &dataEvent{Stderr: ev.Data}
+	case agentproto.EventExit:
+		if ev.Exit == nil {
+			return nil // the Service records it as lost and sends that
+		}
+		return p.Exit(sandbox.ExitOf(ev.Exit, ev.Seq))
 	default: // gap: the lost bytes are gone either way
-		return false, nil
+		return nil
 	}
-	if err := out.Send(eventResponse{Event: pe}); err != nil {
-		return true, nil // the client left
-	}
-	return done, nil
+	return p.send(pe)
 }
 
-// endOf is E2B's end event of a /v1 exit: a signaled process has exit
-// code -1, and status reads like Go's ProcessState.
-func endOf(ev apiv1.Event) *endEvent {
+func (p *processSink) Exit(ex sandbox.Exit) error {
+	err := p.send(processEvent{End: endOf(ex)})
+	p.out.End(nil)
+	return err
+}
+
+func (p *processSink) Heartbeat() error { return p.send(processEvent{Keepalive: &keepAlive{}}) }
+
+func (p *processSink) Broken(err error) {
+	e := asRPCError(err)
+	if e.Code == "internal" {
+		e = rpcErrorf("internal", "the event stream was interrupted")
+	}
+	p.out.End(e)
+}
+
+// endOf is E2B's end event of an exit: a signaled process has exit code
+// -1, and status reads like Go's ProcessState.
+func endOf(ev sandbox.Exit) *endEvent {
 	end := &endEvent{ExitCode: -1}
 	switch {
 	case ev.ExitCode != nil:
@@ -299,5 +306,3 @@ func endOf(ev apiv1.Event) *endEvent {
 	}
 	return end
 }
-
-func rpcCodeOfV1(code string) string { return rpcCodeOf(statusOfCode(code)) }

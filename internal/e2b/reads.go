@@ -3,31 +3,60 @@ package e2b
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
+	"github.com/space-sandbox/space/internal/agentproto"
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 )
 
-// Sandboxes is what this package reads of the domain (sandbox.Service):
-// sandboxes by id and by filter, and the worker a sandbox is on.
+// Sandboxes is what this package calls of the domain (sandbox.Service):
+// sandboxes (reads, create, keep, lifecycle and the waits for their
+// operations), their files and their command sessions. Each call decides
+// what /v1's handler for it decides (validation, tenant scoping, quotas,
+// states), so both edges answer alike.
 type Sandboxes interface {
 	GetSandbox(ctx context.Context, tenant, id string) (*store.Sandbox, error)
 	ListSandboxes(ctx context.Context, f store.SandboxFilter) (store.Page[*store.Sandbox], error)
 	WorkerOf(sb *store.Sandbox) string
+	CreateSandbox(ctx context.Context, p auth.Principal, req sandbox.CreateRequest) (*store.Sandbox, *store.Operation, error)
+	Keep(ctx context.Context, sb *store.Sandbox, seconds int) (*store.Sandbox, error)
 	SubmitDelete(ctx context.Context, tenant, id string) (*store.Operation, error)
 	Suspend(ctx context.Context, sb *store.Sandbox) (*store.Operation, error)
 	Wake(ctx context.Context, sb *store.Sandbox) (*store.Operation, error)
 	WaitOperation(ctx context.Context, tenant, id string, wait time.Duration) (*store.Operation, error)
+
+	ReadFile(ctx context.Context, sb *store.Sandbox, p string) (io.ReadCloser, agentproto.FileInfo, error)
+	WriteFile(ctx context.Context, sb *store.Sandbox, p string, mode uint32, size int64, r io.Reader) (agentproto.FileInfo, error)
+	ListDir(ctx context.Context, sb *store.Sandbox, p string) ([]agentproto.FileInfo, error)
+	DeleteFile(ctx context.Context, sb *store.Sandbox, p string, recursive bool) error
+
+	Exec(ctx context.Context, sb *store.Sandbox, spec agentproto.ProcessSpec, stdin []byte, outputCap int) (sandbox.ExecResult, error)
+	NewCommand(ctx context.Context, sb *store.Sandbox, spec agentproto.ProcessSpec) (*store.Command, error)
+	CommandPage(ctx context.Context, sb *store.Sandbox, pr store.PageRequest) (store.Page[*store.Command], error)
+	FollowCommand(ctx context.Context, sb *store.Sandbox, c *store.Command, after uint64, heartbeat time.Duration, open func() sandbox.EventSink) error
+	Stdin(ctx context.Context, sb *store.Sandbox, c *store.Command, r io.Reader, eof bool) error
+	Signal(ctx context.Context, sb *store.Sandbox, c *store.Command, signal string) error
+	Resize(ctx context.Context, sb *store.Sandbox, c *store.Command, rows, cols int) error
 }
 
 // Authenticator turns a SPACE key into the principal it acts as
 // (auth.Authenticator, the one /v1 uses).
 type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (auth.Principal, error)
+}
+
+// caller is who a call acts as: a SPACE key (REST calls, checked as /v1
+// checks keys) or a principal this package authenticated (envd calls, by
+// the sandbox's access token).
+type caller struct {
+	key       string
+	principal *auth.Principal
 }
 
 // principal is who a caller acts as: the principal an envd token stands
@@ -42,16 +71,7 @@ func (h *Handler) principal(ctx context.Context, who caller) (auth.Principal, er
 // get reads a sandbox of the caller's tenant from the domain; a deleted
 // one is 404, as E2B has no deleted state.
 func (h *Handler) get(ctx context.Context, who caller, id string) (apiv1.Sandbox, error) {
-	start := time.Now()
-	p, err := h.principal(ctx, who)
-	if err != nil {
-		return apiv1.Sandbox{}, err
-	}
-	sb, err := h.sandboxes.GetSandbox(ctx, p.TenantID, id)
-	h.audit(ctx, "get sandbox", p, id, start, err)
-	if errdefs.ClassOf(err) == errdefs.ErrNotFound {
-		return apiv1.Sandbox{}, errorf(http.StatusNotFound, "sandbox %q not found", id)
-	}
+	_, sb, err := h.load(ctx, who, id, "get sandbox")
 	if err != nil {
 		return apiv1.Sandbox{}, err
 	}
@@ -60,6 +80,24 @@ func (h *Handler) get(ctx context.Context, who caller, id string) (apiv1.Sandbox
 		return out, errorf(http.StatusNotFound, "sandbox %q not found", id)
 	}
 	return out, nil
+}
+
+// load reads sandbox id of the caller's tenant, logging the read as what
+// (when not ""); unknown is 404.
+func (h *Handler) load(ctx context.Context, who caller, id, what string) (auth.Principal, *store.Sandbox, error) {
+	start := time.Now()
+	p, err := h.principal(ctx, who)
+	if err != nil {
+		return p, nil, err
+	}
+	sb, err := h.sandboxes.GetSandbox(ctx, p.TenantID, id)
+	if what != "" {
+		h.audit(ctx, what, p, id, start, err)
+	}
+	if errdefs.ClassOf(err) == errdefs.ErrNotFound {
+		return p, nil, errorf(http.StatusNotFound, "sandbox %q not found", id)
+	}
+	return p, sb, err
 }
 
 // listSandboxesOf is a page of the caller's sandboxes f selects (f's tenant is the
@@ -162,8 +200,8 @@ func (h *Handler) waitOp(ctx context.Context, who caller, op apiv1.Operation, wh
 	return errorf(statusOfCode(code), "%s", msg)
 }
 
-// audit logs a read answered from the domain as /v1's access log would
-// have logged the in-process request.
+// audit logs a call answered by the domain (tenant, key, result), as
+// /v1's access log logs its requests.
 func (h *Handler) audit(ctx context.Context, what string, p auth.Principal, id string, start time.Time, err error) {
 	code := "ok"
 	if err != nil {
@@ -186,11 +224,11 @@ func (h *Handler) view(sb *store.Sandbox) apiv1.Sandbox {
 }
 
 // domainError is err's class and public message, when err is the
-// domain's (not one of /v1's answers or of this package).
+// domain's (not one of this package's).
 func domainError(err error) (status int, message string, ok bool) {
-	var ve *v1Error
 	var pe *publicError
-	if errors.As(err, &ve) || errors.As(err, &pe) {
+	var re *rpcError
+	if errors.As(err, &pe) || errors.As(err, &re) {
 		return 0, "", false
 	}
 	c, msg, _ := errdefs.Render(err)

@@ -27,18 +27,10 @@ func writeRESTError(w http.ResponseWriter, status int, format string, args ...an
 	writeJSON(w, status, restError{Code: status, Message: fmt.Sprintf(format, args...)})
 }
 
-// writeErr answers err in E2B's shape: a /v1 error keeps its status and
-// message (and Retry-After, which the SDKs honour on 429); anything else is
-// a 500 whose cause goes to the log only.
+// writeErr answers err in E2B's shape: an error of the domain keeps the
+// status /v1 gives its class and its public message; anything else is a
+// 500 whose cause goes to the log only.
 func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
-	var ve *v1Error
-	if errors.As(err, &ve) {
-		if ve.retryAfter != "" {
-			w.Header().Set("Retry-After", ve.retryAfter)
-		}
-		writeRESTError(w, ve.status, "%s", ve.message)
-		return
-	}
 	var pe *publicError
 	if errors.As(err, &pe) {
 		writeRESTError(w, pe.status, "%s", pe.message)
@@ -89,7 +81,8 @@ func (h *Handler) restMux() *http.ServeMux {
 	return mux
 }
 
-// withKey requires X-API-KEY (a SPACE key; /v1 checks it) and hands it on.
+// withKey requires X-API-KEY (a SPACE key, checked as /v1 checks its
+// bearer keys) and hands it on.
 func (h *Handler) withKey(fn func(w http.ResponseWriter, r *http.Request, who caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := strings.TrimSpace(r.Header.Get(HeaderAPIKey))
@@ -105,11 +98,18 @@ func opDone(state string) bool {
 	return state == apiv1.OpSucceeded || state == apiv1.OpFailed || state == apiv1.OpCancelled
 }
 
-// statusOfCode maps the contract's error codes to their HTTP statuses.
+// statusOfCode maps the contract's error codes to their HTTP statuses, as
+// /v1 does.
 func statusOfCode(code string) int {
 	switch code {
 	case "invalid_argument":
 		return http.StatusBadRequest
+	case "payload_too_large":
+		return http.StatusRequestEntityTooLarge
+	case "aborted":
+		return http.StatusConflict
+	case "deadline_exceeded":
+		return http.StatusGatewayTimeout
 	case "unauthenticated":
 		return http.StatusUnauthorized
 	case "permission_denied":

@@ -13,7 +13,9 @@ import (
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/template"
 )
 
 // createRequest is the body of POST /sandboxes and /v2/sandboxes. Fields
@@ -105,24 +107,14 @@ func toDetail(sb apiv1.Sandbox) sandboxDetail {
 }
 
 // newEnvdToken makes a sandbox's envd access token and stores its hash.
-func (h *Handler) newEnvdToken(ctx context.Context, sb apiv1.Sandbox, tenantID string) (string, error) {
+func (h *Handler) newEnvdToken(ctx context.Context, sb *store.Sandbox) (string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	tok := hex.EncodeToString(b[:])
-	err := h.tokens.CreateEnvdToken(ctx, &store.EnvdToken{SandboxID: sb.ID, TenantID: tenantID, Hash: auth.HashKey(tok)})
+	err := h.tokens.CreateEnvdToken(ctx, &store.EnvdToken{SandboxID: sb.ID, TenantID: sb.TenantID, Hash: auth.HashKey(tok)})
 	return tok, err
-}
-
-// tenantOf finds the tenant of a sandbox the caller can see (it just read
-// it through /v1 with the caller's key).
-func (h *Handler) tenantOf(ctx context.Context, id string) (string, error) {
-	sb, err := h.sandboxes.GetSandbox(ctx, store.AnyTenant, id)
-	if err != nil {
-		return "", err
-	}
-	return sb.TenantID, nil
 }
 
 func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who caller) {
@@ -135,10 +127,16 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who call
 		writeRESTError(w, http.StatusNotImplemented, "autoPause is not supported: a SPACE sandbox is deleted when its timeout ends")
 		return
 	}
-	in := apiv1.CreateSandboxRequest{Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata}
-	if in.Template == "" {
-		in.Template = "base"
+	in := sandbox.CreateRequest{Env: req.EnvVars, Metadata: req.Metadata}
+	if req.TemplateID == "" {
+		req.TemplateID = "base"
 	}
+	ref, err := template.Parse(req.TemplateID)
+	if err != nil {
+		writeRESTError(w, http.StatusBadRequest, "templateID must be a template name (^[a-z0-9][a-z0-9-]{0,62}$), optionally followed by @sha256:<64 hex digits>")
+		return
+	}
+	in.Template = ref
 	if req.Timeout != nil {
 		in.TimeoutSeconds = *req.Timeout
 	}
@@ -151,28 +149,36 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who call
 		// other sandboxes) hold whatever the policy says.
 		in.Network = json.RawMessage(`{"egress":{"default":"allow"}}`)
 	}
-	var out apiv1.SandboxAndOperation
-	if _, err := h.callJSON(r.Context(), who, "POST", "/v1/sandboxes", nil, in, &out); err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	tenant, err := h.tenantOf(r.Context(), out.Sandbox.ID)
+	ctx := r.Context()
+	start := time.Now()
+	p, err := h.principal(ctx, who)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	tok, err := h.newEnvdToken(r.Context(), out.Sandbox, tenant)
+	sb, op, err := h.sandboxes.CreateSandbox(ctx, p, in)
+	id := ""
+	if sb != nil {
+		id = sb.ID
+	}
+	h.audit(ctx, "create sandbox", p, id, start, err)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	if err := h.waitOp(r.Context(), who, out.Operation, "create"); err != nil {
+	tok, err := h.newEnvdToken(ctx, sb)
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
+	if err := h.waitOp(ctx, who, apiv1.Operation{ID: op.ID, Target: op.Target, State: string(op.State)}, "create"); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	view := h.view(sb)
 	writeJSON(w, http.StatusCreated, sandboxResponse{
-		SandboxID: out.Sandbox.ID, TemplateID: out.Sandbox.Template, Alias: out.Sandbox.Template,
-		ClientID: clientID(out.Sandbox), EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+		SandboxID: sb.ID, TemplateID: view.Template, Alias: view.Template,
+		ClientID: clientID(view), EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
 	})
 }
 
@@ -270,9 +276,14 @@ type timeoutRequest struct {
 	Timeout int `json:"timeout"`
 }
 
+// keep extends the caller's sandbox id's time to live to seconds from now.
 func (h *Handler) keep(ctx context.Context, who caller, id string, seconds int) error {
-	_, err := h.callJSON(ctx, who, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/keep", nil,
-		apiv1.KeepRequest{TimeoutSeconds: seconds}, nil)
+	start := time.Now()
+	p, sb, err := h.load(ctx, who, id, "")
+	if err == nil {
+		_, err = h.sandboxes.Keep(ctx, sb, seconds)
+	}
+	h.audit(ctx, "keep sandbox", p, id, start, err)
 	return err
 }
 
@@ -372,12 +383,12 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request, who cal
 			return
 		}
 	}
-	tenant, err := h.tenantOf(r.Context(), id)
+	_, cur, err := h.load(r.Context(), who, id, "")
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	tok, err := h.newEnvdToken(r.Context(), sb, tenant)
+	tok, err := h.newEnvdToken(r.Context(), cur)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return

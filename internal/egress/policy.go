@@ -11,7 +11,8 @@ import (
 	"github.com/space-sandbox/space/internal/strictjson"
 )
 
-// Policy is a sandbox's network object, as in API.md:
+// Policy is a sandbox's network object, as docs/api.md ("The network
+// policy") describes it:
 //
 //	{egress: {default, allow, deny}, inject: [{domain, header, value}]}
 type Policy struct {

@@ -94,10 +94,14 @@ func (s *Service) Refresh(ctx context.Context, sb *store.Sandbox, c *store.Comma
 	return c
 }
 
-// NewCommand stores a command session of sb in state created: spec runs in
-// the guest on the first attach. The template's workdir and user fill what
-// spec leaves out. Creating a command is activity, also when refused.
+// NewCommand stores a command session of sb in state created: spec
+// (ValidateSpec checks it) runs in the guest on the first attach. The
+// template's workdir and user fill what spec leaves out. Creating a
+// command is activity, also when the sandbox's state refuses it.
 func (s *Service) NewCommand(ctx context.Context, sb *store.Sandbox, spec agentproto.ProcessSpec) (*store.Command, error) {
+	if err := ValidateSpec(spec); err != nil {
+		return nil, err
+	}
 	s.Touch(ctx, sb.ID)
 	if err := RequireState(sb, store.SandboxRunning); err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ func (s *Service) Size(d template.Defaults, req Size) Size {
 	}
 }
 
-// CreateRequest is a validated request for a new sandbox. Sizes left 0
+// CreateRequest is a request for a new sandbox (ValidateCreate checks it). Sizes left 0
 // take the defaults (Size); a branch's sizes and template are its
 // checkpoint's.
 type CreateRequest struct {
@@ -114,6 +114,9 @@ func (s *Service) newRecord(tenant string, req CreateRequest, now time.Time) *st
 // p's tenant sized by Size (its env merged over the template's, the
 // request's variables winning) and submits its create operation.
 func (s *Service) CreateSandbox(ctx context.Context, p auth.Principal, req CreateRequest) (*store.Sandbox, *store.Operation, error) {
+	if err := s.ValidateCreate(&req, nil); err != nil {
+		return nil, nil, err
+	}
 	tpl, err := s.ResolveTemplate(ctx, p, req.Template)
 	if err != nil {
 		return nil, nil, err
@@ -140,6 +143,9 @@ func (s *Service) CreateSandbox(ctx context.Context, p auth.Principal, req Creat
 // parent sandbox's (${secret:…} values resolve afresh for each request the
 // branch makes, never copied).
 func (s *Service) BranchSandbox(ctx context.Context, ck *store.Checkpoint, req CreateRequest) (*store.Sandbox, *store.Operation, error) {
+	if err := s.ValidateCreate(&req, nil); err != nil {
+		return nil, nil, err
+	}
 	req.Template = template.Ref{Name: ck.Template, Digest: ck.TemplateDigest}
 	req.Size = Size{VCPUs: ck.VCPUs, MemoryMiB: ck.MemoryMiB, DiskMiB: ck.DiskMiB}
 	if len(req.Network) == 0 {

@@ -28,6 +28,10 @@ type Config struct {
 	// the request nor the template's defaults name one (see Size).
 	DefaultVCPUs     int // default 1
 	DefaultMemoryMiB int // default 256
+	// Limits of one sandbox's size (SizeFields).
+	MaxVCPUs     int // default 8
+	MaxMemoryMiB int // default 16384
+	MaxDiskMiB   int // default 262144
 	// WorkerID names the worker in the records of sandboxes created
 	// (default "local").
 	WorkerID string
@@ -88,6 +92,15 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.DefaultMemoryMiB <= 0 {
 		cfg.DefaultMemoryMiB = 256
+	}
+	if cfg.MaxVCPUs <= 0 {
+		cfg.MaxVCPUs = 8
+	}
+	if cfg.MaxMemoryMiB <= 0 {
+		cfg.MaxMemoryMiB = 16384
+	}
+	if cfg.MaxDiskMiB <= 0 {
+		cfg.MaxDiskMiB = 256 * 1024
 	}
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = "local"
@@ -157,3 +170,7 @@ func CauseString(err error) string {
 	}
 	return err.Error()
 }
+
+// WorkerID is the name of the worker the service's sandboxes are created
+// on (Config.WorkerID).
+func (s *Service) WorkerID() string { return s.cfg.WorkerID }

@@ -85,8 +85,12 @@ func (s *Service) Restore(ctx context.Context, sb *store.Sandbox, ck *store.Chec
 	return s.SubmitOnChecked(ctx, sb, store.OpRestore, RuleOf(Restore).From, CheckpointParams{Checkpoint: ck.ID}, growth)
 }
 
-// Keep extends sb's time to live to seconds from now.
+// Keep extends sb's time to live to seconds from now (1 second to
+// MaxTimeoutSeconds).
 func (s *Service) Keep(ctx context.Context, sb *store.Sandbox, seconds int) (*store.Sandbox, error) {
+	if err := ValidKeep(seconds); err != nil {
+		return nil, err
+	}
 	return s.store.TransitionSandbox(ctx, sb.TenantID, sb.ID, RuleOf(Keep).From, "", func(sb *store.Sandbox) error {
 		exp := time.Now().UTC().Add(time.Duration(seconds) * time.Second)
 		sb.ExpiresAt = &exp

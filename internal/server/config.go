@@ -15,8 +15,8 @@ import (
 	"github.com/space-sandbox/space/internal/store"
 )
 
-// Config is spaced's one configuration struct. Every field has a flag; the
-// defaults are API.md's ("Running the server") and work on a fresh machine.
+// Config is spaced's one configuration struct. Every field has a flag
+// (config_flags.go); the defaults work on a fresh machine.
 type Config struct {
 	Listen string
 	// APITLSCertFile and APITLSKeyFile, when set, serve the API over TLS.

@@ -95,7 +95,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 		}
 		return srv.ReconcileTakenOver(ctx, op)
 	}
-	srv, ops, err := startAPI(cfg.Config, apiParts{db: db, auth: authn, worker: pl, metrics: api.NewMetrics(), secrets: sec,
+	srv, svc, ops, err := startAPI(cfg.Config, apiParts{db: db, auth: authn, worker: pl, metrics: api.NewMetrics(), secrets: sec,
 		templates: tpls, owner: identity, leaseTTL: cfg.OperationLeaseTTL, takenOver: takenOver,
 		ready: func(ctx context.Context) error { return controlReady(ctx, db) }}, &td, log)
 	if err != nil {
@@ -115,7 +115,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	return serveAPI(ctx, cfg.Config, srv, db, log, func(addr string) {
+	return serveAPI(ctx, cfg.Config, srv, svc, authn, db, log, func(addr string) {
 		log.Info("spaced control serving", "listen", addr, "namespace", cfg.Namespace, "leader_lease", cfg.LeaderLease,
 			"features", strings.Join(cfg.Features, ","))
 		if cfg.Serving != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
@@ -26,7 +27,7 @@ type apiParts struct {
 	worker    worker.Worker
 	metrics   *api.Metrics
 	secrets   *secrets.Service // nil: the secrets routes answer 503
-	templates api.TemplateDeps
+	templates sandbox.TemplateDeps
 	// owner names this process in operation leases; leaseTTL is their
 	// length (0: the engine's default).
 	owner    string
@@ -39,9 +40,10 @@ type apiParts struct {
 	ready func(ctx context.Context) error
 }
 
-// startAPI starts the operation engine and builds the API over p. td
-// closes the engine (bounded) when the process ends.
-func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Server, *operation.Engine, error) {
+// startAPI starts the operation engine, builds the domain (sandbox.Service)
+// and the API over it from p. td closes the engine (bounded) when the
+// process ends. The other edges get the same Service (serveAPI).
+func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Server, *sandbox.Service, *operation.Engine, error) {
 	ops := operation.New(operation.Config{Store: p.db, Logger: log, Registerer: p.metrics.Registry,
 		Owner: p.owner, LeaseTTL: p.leaseTTL, TakenOver: p.takenOver})
 	td.add(func() {
@@ -49,22 +51,27 @@ func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Serv
 		defer cancel()
 		ops.Close(cctx)
 	})
+	svc, err := sandbox.New(sandbox.Config{}, sandbox.Deps{Store: p.db, Ops: ops, Worker: p.worker, Logger: log,
+		RequestID: api.RequestID, Templates: p.templates})
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota}, api.Deps{
-		Store: p.db, Ops: ops, Auth: p.auth, Worker: p.worker, Logger: log, Metrics: p.metrics, Secrets: p.secrets,
-		Templates: p.templates, Ready: p.ready,
+		Service: svc, Store: p.db, Ops: ops, Auth: p.auth, Logger: log, Metrics: p.metrics, Secrets: p.secrets,
+		Ready: p.ready,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return srv, ops, nil
+	return srv, svc, ops, nil
 }
 
-// serveAPI serves srv (with the E2B-compatible API on the same listener)
-// on cfg.Listen until ctx ends, then shuts down: 15s for requests to end,
+// serveAPI serves srv (with the E2B-compatible API on the same listener,
+// over the same Service svc and key checks authn) on cfg.Listen until ctx ends, then shuts down: 15s for requests to end,
 // then open streams are cut. ready runs once the listener is bound. Each
 // of mounts wraps the handler, outermost last (the control plane's
 // internal routes for its workers go there, in front of the API's auth).
-func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, log *slog.Logger, ready func(addr string),
+func serveAPI(ctx context.Context, cfg Config, srv *api.Server, svc *sandbox.Service, authn *auth.Authenticator, db store.Store, log *slog.Logger, ready func(addr string),
 	mounts ...func(http.Handler) http.Handler) error {
 	tlsConfig, err := apiTLS(cfg)
 	if err != nil {
@@ -78,7 +85,7 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, 
 	hs.TLSConfig = tlsConfig
 	apiHandler := hs.Handler
 	// The E2B-compatible API shares the listener; it passes /v1 through.
-	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet}, hs.Handler, srv.Service(), srv.Authenticator(), db, log)
+	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet}, hs.Handler, svc, authn, db, log)
 	for _, mount := range mounts {
 		hs.Handler = mount(hs.Handler)
 	}

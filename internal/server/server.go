@@ -16,6 +16,7 @@ import (
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/budget"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
@@ -85,7 +86,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	srv, ops, err := startAPI(cfg, apiParts{db: db, auth: authn, worker: wk, metrics: metrics, secrets: nets.secrets,
+	srv, svc, ops, err := startAPI(cfg, apiParts{db: db, auth: authn, worker: wk, metrics: metrics, secrets: nets.secrets,
 		templates: tpls, owner: operationOwner(cfg)}, &td, log)
 	if err != nil {
 		return err
@@ -110,7 +111,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	go srv.Run(bg)
-	return serveAPI(ctx, cfg, srv, db, log, func(addr string) {
+	return serveAPI(ctx, cfg, srv, svc, authn, db, log, func(addr string) {
 		kernel := "none (simulated)"
 		if h != nil {
 			kernel = h.kernel.Version
@@ -169,23 +170,23 @@ func workerPoolSize(n int) int {
 // templateBuilders makes the API's template builders. Path sources must lie
 // under <data-dir>/imports or a --template-source-root; setup scripts run
 // only in admins' builds (they run as root on this host).
-func templateBuilders(cfg Config, templatesDir string, log *slog.Logger) (api.TemplateDeps, error) {
+func templateBuilders(cfg Config, templatesDir string, log *slog.Logger) (sandbox.TemplateDeps, error) {
 	imports := filepath.Join(cfg.DataDir, "imports")
 	if err := os.MkdirAll(imports, 0o755); err != nil {
-		return api.TemplateDeps{}, fmt.Errorf("template imports dir: %w", err)
+		return sandbox.TemplateDeps{}, fmt.Errorf("template imports dir: %w", err)
 	}
 	bc := template.BuilderConfig{TemplatesDir: templatesDir, AgentBinary: cfg.AgentBinary,
 		SourceRoots: append([]string{imports}, cfg.TemplateSourceRoots...), RegistryAllow: cfg.TemplateRegistryAllow, Logger: log}
 	tenants, err := template.NewBuilder(bc)
 	if err != nil {
-		return api.TemplateDeps{}, err
+		return sandbox.TemplateDeps{}, err
 	}
 	bc.AllowScripts = true
 	admins, err := template.NewBuilder(bc)
 	if err != nil {
-		return api.TemplateDeps{}, err
+		return sandbox.TemplateDeps{}, err
 	}
-	return api.TemplateDeps{Builder: tenants, AdminBuilder: admins, LogDir: filepath.Join(cfg.DataDir, "template-logs"),
+	return sandbox.TemplateDeps{Builder: tenants, AdminBuilder: admins, LogDir: filepath.Join(cfg.DataDir, "template-logs"),
 		TemplatesDir: templatesDir}, nil
 }
 

@@ -192,13 +192,14 @@ func TestServeAPITLSAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	td.add(func() { db.Close() })
-	srv, _, err := startAPI(cfg, apiParts{db: db, auth: auth.New(db, log), worker: apitest.NewWorker(t), metrics: api.NewMetrics()}, &td, log)
+	authn := auth.New(db, log)
+	srv, svc, _, err := startAPI(cfg, apiParts{db: db, auth: authn, worker: apitest.NewWorker(t), metrics: api.NewMetrics()}, &td, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addrc := make(chan string, 1)
 	served := make(chan error, 1)
-	go func() { served <- serveAPI(ctx, cfg, srv, db, log, func(addr string) { addrc <- addr }) }()
+	go func() { served <- serveAPI(ctx, cfg, srv, svc, authn, db, log, func(addr string) { addrc <- addr }) }()
 	var addr string
 	select {
 	case addr = <-addrc:

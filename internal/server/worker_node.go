@@ -54,7 +54,7 @@ type NodeConfig struct {
 	// ObjectStore says the worker suspends to object storage (set from
 	// --object-store), so a drain can move its sandboxes.
 	ObjectStore bool
-	// Control is the control plane's URL (API.md lists --control), or
+	// Control is the control plane's URL (--control; docs/kubernetes.md), or
 	// several, comma-separated, tried in turn. The worker learns its work
 	// from the Pods bound to its node and the control plane dials it; the
 	// one call the worker makes is ResolveSecret, for the egress proxy's

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// ID prefixes (API.md "Conventions").
+// ID prefixes (docs/api.md, "JSON, ids, times").
 const (
 	PrefixTenant     = "ten"
 	PrefixAPIKey     = "key"

@@ -38,7 +38,7 @@ type APIKey struct {
 // SandboxState is a sandbox's lifecycle state.
 type SandboxState string
 
-// Sandbox states (API.md "Sandboxes").
+// Sandbox states (docs/api.md, "Sandbox states").
 const (
 	SandboxCreating   SandboxState = "creating"
 	SandboxRunning    SandboxState = "running"
@@ -87,7 +87,7 @@ type Sandbox struct {
 // OperationType names the kind of lifecycle work an operation does.
 type OperationType string
 
-// Operation types (API.md "Operations").
+// Operation types (docs/api.md, "Operations").
 const (
 	OpCreate        OperationType = "create"
 	OpDelete        OperationType = "delete"

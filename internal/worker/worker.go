@@ -40,7 +40,8 @@ type SandboxSpec struct {
 	// (ErrFailedPrecondition); a missing snapshot is ErrNotFound, a damaged
 	// one ErrDataLoss.
 	FromSnapshot string `json:",omitempty"`
-	// Network is the sandbox's egress policy: API.md's network object, as
+	// Network is the sandbox's egress policy: the API's network object
+	// (docs/api.md, "The network policy"), as
 	// egress.ParsePolicy reads it. Empty denies all egress.
 	Network json.RawMessage `json:",omitempty"`
 	// SecretScope is whose secrets the policy's ${secret:NAME} references

@@ -102,7 +102,7 @@ type SandboxSpec struct {
 	Env            map[string]string      `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Hostname       string                 `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	FromCheckpoint string                 `protobuf:"bytes,8,opt,name=from_checkpoint,json=fromCheckpoint,proto3" json:"from_checkpoint,omitempty"`
-	// network is the egress policy as API.md's JSON network object.
+	// network is the egress policy as the API's JSON network object (docs/api.md).
 	Network     []byte `protobuf:"bytes,9,opt,name=network,proto3" json:"network,omitempty"`
 	SecretScope string `protobuf:"bytes,10,opt,name=secret_scope,json=secretScope,proto3" json:"secret_scope,omitempty"`
 	// from_snapshot is worker.SandboxSpec.FromSnapshot: the object-storage

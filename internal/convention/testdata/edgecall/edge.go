@@ -19,10 +19,10 @@ type edge struct {
 func (e *edge) violates(ctx context.Context) {
 	_, _ = e.st.GetSandbox(ctx, "ten_a", "sbx_a") // a store call
 	e.ready = e.wk.Ready                          // a worker method, as a value
+	_, _ = e.guest.List(ctx)                      // a guest call: the Service's
 }
 
 func (e *edge) keeps(ctx context.Context, sb *store.Sandbox) bool {
 	_ = store.NewID(store.PrefixSandbox) // a value helper: takes no context
-	_, _ = e.guest.List(ctx)             // the guest the Service hands out
 	return sb.State.Live()               // a method of a domain value
 }
