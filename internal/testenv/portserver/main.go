@@ -8,7 +8,9 @@
 //
 //	GET  /               "portserver\n"
 //	GET  /headers        the request's headers as JSON (what the proxy forwarded)
-//	GET  /sse            text/event-stream: "data: N" every 200 ms, flushed, -count lines (default 10)
+//	GET  /sse            text/event-stream: "data: N" every 200 ms, flushed, ?count= lines (default 10);
+//	                     with ?hold=NAME it stops after the first line until GET /release?name=NAME
+//	GET  /release?name=  lets the held /sse of that name go on
 //	POST /upload         reads the body; answers {"bytes": n, "sha256": hex}
 //	GET  /download?bytes=N  N bytes of a repeating pattern (application/octet-stream)
 //	GET  /ws             WebSocket echo (every message sent back as received)
@@ -29,6 +31,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -57,10 +60,33 @@ func handler() http.Handler {
 		json.NewEncoder(w).Encode(h)
 	})
 	mux.HandleFunc("GET /sse", sse)
+	mux.HandleFunc("GET /release", func(w http.ResponseWriter, r *http.Request) {
+		close(hold(r.URL.Query().Get("name")))
+		io.WriteString(w, "released\n")
+	})
 	mux.HandleFunc("POST /upload", upload)
 	mux.HandleFunc("GET /download", download)
 	mux.HandleFunc("GET /ws", echo)
 	return mux
+}
+
+var (
+	holdsMu sync.Mutex
+	holds   = map[string]chan struct{}{}
+)
+
+// hold is the channel of a held stream's name: the first call makes it, a
+// later one (the release) takes it out.
+func hold(name string) chan struct{} {
+	holdsMu.Lock()
+	defer holdsMu.Unlock()
+	if c, ok := holds[name]; ok {
+		delete(holds, name)
+		return c
+	}
+	c := make(chan struct{})
+	holds[name] = c
+	return c
 }
 
 func sse(w http.ResponseWriter, r *http.Request) {
@@ -76,7 +102,18 @@ func sse(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	rc := http.NewResponseController(w)
+	var held chan struct{}
+	if name := r.URL.Query().Get("hold"); name != "" {
+		held = hold(name)
+	}
 	for i := range count {
+		if i == 1 && held != nil {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-held:
+			}
+		}
 		if i > 0 {
 			select {
 			case <-r.Context().Done():
