@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,31 +77,7 @@ func TestPreviewTLSBySNI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var td teardown
-	defer td.run()
-	db, err := openStore(ctx, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td.add(func() { db.Close() })
-	srv, _, err := startAPI(cfg, apiParts{db: db, auth: auth.New(db, log), worker: apitest.NewWorker(t), metrics: api.NewMetrics()}, &td, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	served := make(chan error, 1)
-	go func() { served <- serveAPI(ctx, cfg, srv, db, log, func(addr string) { addrc <- addr }) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-served:
-		t.Fatal(err)
-	case <-time.After(time.Minute):
-		t.Fatal("the API did not listen")
-	}
+	addr := serveForTest(t, cfg)
 	for _, c := range []struct{ sni, ca, name string }{
 		{"localhost", dir, "localhost"},
 		{"8080-sbx_01jf3k5m7p9r1t3v5x7z9b1d3f.preview.test", wild, "*.preview.test"},
@@ -116,6 +94,74 @@ func TestPreviewTLSBySNI(t *testing.T) {
 		conn.Close()
 		if got := st.PeerCertificates[0].DNSNames; len(got) != 1 || got[0] != c.name || st.NegotiatedProtocol != "h2" {
 			t.Errorf("SNI %s: certificate %v, protocol %q", c.sni, got, st.NegotiatedProtocol)
+		}
+	}
+}
+
+// serveForTest serves the API of cfg (the API tests' worker) until the
+// test ends and returns its address.
+func serveForTest(t *testing.T, cfg Config) string {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	ctx, stop := context.WithCancel(context.Background())
+	var td teardown
+	t.Cleanup(td.run)
+	db, err := openStore(ctx, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td.add(func() { db.Close() })
+	srv, _, err := startAPI(cfg, apiParts{db: db, auth: auth.New(db, log), worker: apitest.NewWorker(t), metrics: api.NewMetrics()}, &td, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() { served <- serveAPI(ctx, cfg, srv, db, log, func(addr string) { addrc <- addr }) }()
+	t.Cleanup(func() {
+		stop()
+		<-served
+	})
+	select {
+	case addr := <-addrc:
+		return addr
+	case err := <-served:
+		t.Fatal(err)
+	case <-time.After(time.Minute):
+		t.Fatal("the API did not listen")
+	}
+	return ""
+}
+
+// A preview host's request goes to the port proxy whatever its path or
+// headers: not to the E2B API in front of /v1 (its REST paths, its
+// sandbox header) nor to /metrics.
+func TestPreviewHostsComeFirst(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := ParseFlags([]string{"--data-dir", dir, "--listen", "127.0.0.1:0", "--preview-domain", "preview.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveForTest(t, cfg)
+	host := "8080-sbx_01jf3k5m7p9r1t3v5x7z9b1d3f.preview.test"
+	for _, c := range []struct{ path, header string }{{"/sandboxes", ""}, {"/health", ""}, {"/v2/sandboxes", ""}, {"/x", "E2b-Sandbox-Id"}, {"/metrics", ""}, {"/v1/sandboxes", ""}} {
+		req, _ := http.NewRequest("GET", "http://"+addr+c.path, nil)
+		req.Host = host
+		if c.header != "" {
+			req.Header.Set(c.header, "sbx_01jf3k5m7p9r1t3v5x7z9b1d3f")
+		}
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var eb struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&eb)
+		resp.Body.Close()
+		// The proxy's answer: the sandbox does not exist.
+		if err != nil || resp.StatusCode != 404 || eb.Error.Code != "not_found" || !strings.Contains(eb.Error.Message, "sandbox") {
+			t.Errorf("%s %s: %d %+v %v", c.path, c.header, resp.StatusCode, eb, err)
 		}
 	}
 }
