@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -495,29 +496,25 @@ func TestPortProxyPathForm(t *testing.T) {
 	}
 }
 
-// HTTP/2 in clear (prior knowledge) on the API's own server reaches a
-// preview host, a streamed upload included.
-func TestPortProxyH2C(t *testing.T) {
+// HTTP/2 over TLS reaches a preview host, a streamed upload included.
+func TestPortProxyHTTP2(t *testing.T) {
 	e := newEnv(t, Config{})
 	g := startGuestServer(t)
 	sb := e.running(e.alice, nil)
 	u := e.portURL(e.aliceKey, sb.ID, g.port, `{}`)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ts := httptest.NewUnstartedServer(e.srv)
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	hc := ts.Client()
+	tr := hc.Transport.(*http.Transport)
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, ts.Listener.Addr().String())
 	}
-	hs := e.srv.HTTPServer(nil)
-	go hs.Serve(e.srv.Listener(ln))
-	t.Cleanup(func() { hs.Close() })
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Protocols: protocols,
-		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, ln.Addr().String())
-		}}}
+	tr.TLSClientConfig.ServerName = "example.com" // the test certificate's name
 	body := bytes.Repeat([]byte("h2"), 1<<20)
 	sum := sha256.Sum256(body)
-	req, _ := http.NewRequest("POST", fmt.Sprintf("http://%d-%s.localhost/upload", g.port, sb.ID), io.MultiReader(bytes.NewReader(body)))
+	req, _ := http.NewRequest("POST", fmt.Sprintf("https://%d-%s.localhost/upload", g.port, sb.ID), io.MultiReader(bytes.NewReader(body)))
 	req.Header.Set(portproxy.TokenHeader, u.Token)
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -526,6 +523,6 @@ func TestPortProxyH2C(t *testing.T) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if want := fmt.Sprintf("%d %s", len(body), hex.EncodeToString(sum[:])); resp.Proto != "HTTP/2.0" || resp.StatusCode != 200 || string(b) != want {
-		t.Fatalf("h2c upload: %s %d %q", resp.Proto, resp.StatusCode, b)
+		t.Fatalf("h2 upload: %s %d %q", resp.Proto, resp.StatusCode, b)
 	}
 }
