@@ -174,15 +174,20 @@ func TestPorts(t *testing.T) {
 		ws.Close(websocket.StatusNormalClosure, "")
 	})
 	t.Run("AuditLog", func(t *testing.T) {
-		var log apiv1.PortLog
-		c.mustDo("GET", "/v1/sandboxes/"+sb.ID+"/ports/log", nil, &log, 200)
-		var upload, upgrade bool
-		for _, r := range log.Records {
-			upload = upload || r.Status == 200 && r.BytesOut > 5<<20
-			upgrade = upgrade || r.Status == 101
-		}
-		if !upload || !upgrade {
-			t.Fatalf("log %+v", log.Records)
-		}
+		// A connection is recorded when it ends: the WebSocket's once the
+		// proxy has seen both directions close, just after the client did.
+		testenv.Eventually(t, 30*time.Second, func() error {
+			var log apiv1.PortLog
+			c.mustDo("GET", "/v1/sandboxes/"+sb.ID+"/ports/log", nil, &log, 200)
+			var upload, upgrade bool
+			for _, r := range log.Records {
+				upload = upload || r.Status == 200 && r.BytesOut > 5<<20
+				upgrade = upgrade || r.Status == 101 && r.BytesIn > 64<<10 && r.BytesOut > 64<<10
+			}
+			if !upload || !upgrade {
+				return fmt.Errorf("log %+v", log.Records)
+			}
+			return nil
+		})
 	})
 }
