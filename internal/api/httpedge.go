@@ -27,6 +27,10 @@ import (
 // (ReadHeaderTimeout, BodyTimeout, IdleTimeout, MaxHeaderBytes). Serve it on
 // s.Listener(ln) so that Go's own rejects are JSON errors too.
 func (s *Server) HTTPServer(errorLog *log.Logger) *http.Server {
+	// HTTP/1.1, and HTTP/2 over TLS (by ALPN, net/http's default). Not
+	// h2c: a server open to it waits for 24 bytes (the HTTP/2 preface)
+	// before it reads any request, so a short malformed request line would
+	// get its 400 only at ReadHeaderTimeout.
 	return &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,

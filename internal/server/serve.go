@@ -13,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/portproxy"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
@@ -56,7 +57,8 @@ func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Serv
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota}, api.Deps{
+	preview := portproxy.Domain{Name: cfg.PreviewDomain, TLS: cfg.APITLSCertFile != ""}
+	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota, Preview: preview}, api.Deps{
 		Service: svc, Store: p.db, Ops: ops, Auth: p.auth, Logger: log, Metrics: p.metrics, Secrets: p.secrets,
 		Ready: p.ready,
 	})
@@ -99,6 +101,9 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, svc *sandbox.Ser
 		defer stop()
 		hs.Handler = withoutMetrics(hs.Handler)
 	}
+	// A preview host's request is its guest's whatever its path or
+	// headers: none of the front ends above may take it.
+	hs.Handler = srv.PreviewFirst(hs.Handler)
 	ready(ln.Addr().String())
 	go func() {
 		l := srv.Listener(limitPerClient(ln, cfg.MaxConnsPerClient, log))
