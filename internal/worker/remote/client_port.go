@@ -233,16 +233,19 @@ func (c *portConn) put(m *workerpb.DialPortRequest) error {
 }
 
 // Close cuts the stream both ways (the worker closes its connection to the
-// guest) and waits for the pumps to stop.
+// guest) and waits for the pumps to stop. Closing the response resets the
+// HTTP/2 stream and ends a Receive waiting for data (a cancelled context
+// alone does neither once the call is under way); closing the request
+// ends a Send waiting for window.
 func (c *portConn) Close() error {
 	err := net.ErrClosed
 	c.closeOnce.Do(func() {
 		err = nil
 		close(c.closed)
 		c.cancel()
-		c.pumps.Wait()
-		_ = c.stream.CloseRequest()
 		_ = c.stream.CloseResponse()
+		_ = c.stream.CloseRequest()
+		c.pumps.Wait()
 		c.rdeadline.stop()
 		c.wdeadline.stop()
 	})

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -52,10 +54,15 @@ func newPortRig(t *testing.T) *portRig {
 	return &portRig{c: c, g: g, open: open, ctx: ctx, srv: s, token: tok}
 }
 
-// countCalls counts the calls of one procedure the handler is in.
+// countCalls counts the calls of one procedure the handler is in; a call
+// not over HTTP/2 is refused (bidi streams need it).
 func countCalls(procedure string, n *atomic.Int32) func(http.Handler) http.Handler {
 	return func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ProtoMajor != 2 {
+				http.Error(w, "not HTTP/2: "+r.Proto, http.StatusHTTPVersionNotSupported)
+				return
+			}
 			if r.URL.Path == procedure {
 				n.Add(1)
 				defer n.Add(-1)
@@ -200,6 +207,30 @@ func TestDialPortCloseReleases(t *testing.T) {
 	conn.Close()
 	waitReleased(t, r.open)
 
+	// Close while a Read waits for bytes that never come ends the Read and
+	// the worker's stream.
+	silent := listen(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	conn, err = r.g.DialPort(r.ctx, silent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := conn.Read(make([]byte, 1))
+		read <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the Read waits
+	conn.Close()
+	select {
+	case err := <-read:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Read ended by Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end a waiting Read")
+	}
+	waitReleased(t, r.open)
+
 	// A dial whose ctx ends while the dial waits fails with that ctx's class.
 	ctx, cancel := context.WithCancel(r.ctx)
 	cancel()
@@ -294,4 +325,60 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// Over TLS too a port connection is an HTTP/2 stream (countCalls refuses
+// anything else): the server as `spaced worker` serves it, the client as
+// a control replica makes it.
+func TestDialPortTLS(t *testing.T) {
+	// httptest's certificate is for 127.0.0.1.
+	ts := httptest.NewUnstartedServer(nil)
+	ts.StartTLS()
+	cert, roots := ts.TLS.Certificates, ts.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	ts.Close()
+
+	tok := newToken(t)
+	open := &atomic.Int32{}
+	srv, err := remote.NewServer(remote.ServerConfig{Worker: apitest.NewWorker(t), Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	hs := srv.HTTPServer(&tls.Config{Certificates: cert})
+	hs.Handler = countCalls(workerpbconnect.GuestServiceDialPortProcedure, open)(hs.Handler)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.ServeTLS(ln, "", "")
+	t.Cleanup(func() { hs.Close() })
+	c, err := remote.NewClient(remote.ClientConfig{Address: ln.Addr().String(), Token: tok, TLS: &tls.Config{RootCAs: roots}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+
+	ctx := timeout(t, time.Minute)
+	if _, err := c.CreateSandbox(ctx, worker.SandboxSpec{ID: "sbx_tls", Template: "base", VCPUs: 1, MemoryMiB: 256}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.Agent(ctx, "sbx_tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := listen(t, func(c net.Conn) { io.Copy(c, c) })
+	conn, err := g.DialPort(ctx, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, "echo over tls"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len("echo over tls"))
+	if _, err := io.ReadFull(conn, got); err != nil || string(got) != "echo over tls" {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+	conn.Close()
+	waitReleased(t, open)
 }
