@@ -37,9 +37,6 @@ func httpdSandbox(t testing.TB, ctx context.Context, w worker.Worker, id string,
 			t.Fatal(err)
 		}
 	}
-	// The test's worker gives its sandboxes no network, and then the guest's
-	// loopback stays down (the agent brings it up only with a network).
-	runGuest(t, ctx, g, "ip", "link", "set", "lo", "up")
 	if _, err := g.Start(ctx, agentproto.ProcessSpec{ID: "httpd",
 		Argv: []string{"busybox", "httpd", "-f", "-p", "8080", "-h", "/tmp/www"}}); err != nil {
 		t.Fatal(err)
