@@ -22,8 +22,13 @@ import (
 // connection holds a bounded amount however slow either end is.
 const portChunkBytes = 64 << 10
 
+// portChunksAhead is how many received chunks may wait for Read, so the
+// stream is read on while the reader works (at most 512 KiB beyond the
+// HTTP/2 stream window).
+const portChunksAhead = 8
+
 func (g *guest) ListPorts(ctx context.Context) ([]agentproto.ListeningPort, error) {
-	resp, err := call(ctx, "list ports", true, g.c.guests.ListPorts, &workerpb.ListPortsRequest{SandboxId: g.sandbox})
+	resp, err := call(ctx, "list ports", true, g.c.ports.ListPorts, &workerpb.ListPortsRequest{SandboxId: g.sandbox})
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +41,7 @@ func (g *guest) DialPort(ctx context.Context, port uint16) (net.Conn, error) {
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopClient := context.AfterFunc(g.c.closing, cancel)
 	stopDial := context.AfterFunc(ctx, cancel)
-	stream := g.c.guests.DialPort(streamCtx)
+	stream := g.c.ports.DialPort(streamCtx)
 	fail := func(err error) (net.Conn, error) {
 		stopClient()
 		cancel()
@@ -67,7 +72,7 @@ func (g *guest) DialPort(ctx context.Context, port uint16) (net.Conn, error) {
 	c := &portConn{
 		stream: stream, cancel: func() { stopClient(); cancel() },
 		local: portAddr("worker-protocol"), remote: portAddr(fmt.Sprintf("%s:%d", g.sandbox, port)),
-		chunks: make(chan []byte), writes: make(chan *workerpb.DialPortRequest),
+		chunks: make(chan []byte, portChunksAhead), writes: make(chan *workerpb.DialPortRequest),
 		sendFailed: make(chan struct{}), closed: make(chan struct{}),
 	}
 	c.rdeadline.init()
@@ -79,7 +84,7 @@ func (g *guest) DialPort(ctx context.Context, port uint16) (net.Conn, error) {
 }
 
 // portConn is a net.Conn over one DialPort stream. A goroutine receives
-// (handing each chunk to Read, so at most one waits beyond the stream's
+// (queueing at most portChunksAhead chunks for Read beyond the stream's
 // window) and one sends (taking one message at a time from Write), so
 // deadlines interrupt a blocked Read or Write without touching the stream.
 type portConn struct {

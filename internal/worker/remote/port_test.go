@@ -382,3 +382,66 @@ func TestDialPortTLS(t *testing.T) {
 	conn.Close()
 	waitReleased(t, open)
 }
+
+// BenchmarkPortTunnelHost is BenchmarkPortTunnel without a VM: the API
+// tests' worker dials a server on the host, so what is measured is the
+// agent link alone (local) against the agent link and the protocol
+// (remote), not the guest.
+//
+//	go test -run '^$' -bench BenchmarkPortTunnelHost ./internal/worker/remote/
+func BenchmarkPortTunnelHost(b *testing.B) {
+	const bigBytes = 100 << 20
+	tok := newToken(b)
+	fw := apitest.NewWorker(b)
+	c := serve(b, fw, tok).client(b, tok)
+	ctx := timeout(b, 10*time.Minute)
+	if _, err := fw.CreateSandbox(ctx, worker.SandboxSpec{ID: "sbx_bench", Template: "base", VCPUs: 1, MemoryMiB: 256}); err != nil {
+		b.Fatal(err)
+	}
+	local, err := fw.Agent(ctx, "sbx_bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	remote, err := c.Agent(ctx, "sbx_bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	big := make([]byte, bigBytes)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/big", func(w http.ResponseWriter, _ *http.Request) { w.Write(big) })
+	mux.HandleFunc("/small", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	port := uint16(ts.Listener.Addr().(*net.TCPAddr).Port)
+	for _, via := range []struct {
+		name string
+		g    worker.Guest
+	}{{"local", local}, {"remote", remote}} {
+		b.Run("download/"+via.name, func(b *testing.B) {
+			hc := httpThrough(via.g, port)
+			defer hc.CloseIdleConnections()
+			var rates []float64
+			b.SetBytes(bigBytes)
+			for b.Loop() {
+				start := time.Now()
+				if n := fetch(b, ctx, hc, "/big"); n != bigBytes {
+					b.Fatalf("downloaded %d bytes", n)
+				}
+				rates = append(rates, bigBytes/(1<<20)/time.Since(start).Seconds())
+			}
+			b.ReportMetric(median(rates), "MiB/s-median")
+		})
+		b.Run("request/"+via.name, func(b *testing.B) {
+			hc := httpThrough(via.g, port)
+			defer hc.CloseIdleConnections()
+			fetch(b, ctx, hc, "/small")
+			var lat []float64
+			for b.Loop() {
+				start := time.Now()
+				fetch(b, ctx, hc, "/small")
+				lat = append(lat, float64(time.Since(start).Microseconds()))
+			}
+			b.ReportMetric(median(lat), "µs/req-median")
+		})
+	}
+}

@@ -137,8 +137,8 @@ func http2Config() *http.HTTP2Config {
 		MaxReceiveBufferPerStream:     streamWindow,
 		MaxReceiveBufferPerConnection: maxStreams * streamWindow,
 		MaxReadFrameSize:              1 << 20,
-		SendPingTimeout:      15 * time.Second,
-		PingTimeout:          15 * time.Second,
+		SendPingTimeout:               15 * time.Second,
+		PingTimeout:                   15 * time.Second,
 	}
 }
 
