@@ -220,7 +220,7 @@ func TestDialPortCloseReleases(t *testing.T) {
 		read <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the Read waits
-	conn.Close()
+	go conn.Close()
 	select {
 	case err := <-read:
 		if !errors.Is(err, net.ErrClosed) {
