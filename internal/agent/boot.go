@@ -33,8 +33,8 @@ var (
 
 // Boot runs as PID 1 in the initramfs: it mounts the kernel filesystems,
 // loads the virtio modules, mounts the root disk and switches into it the way
-// switch_root does, then mounts what a Linux userland expects. On return "/"
-// is the sandbox's root filesystem.
+// switch_root does, then mounts what a Linux userland expects and brings
+// the loopback up. On return "/" is the sandbox's root filesystem.
 func Boot(ctx context.Context, log *slog.Logger, cfg BootConfig) error {
 	if cfg.RootDevice == "" {
 		cfg.RootDevice = "/dev/vda"
@@ -64,7 +64,11 @@ func Boot(ctx context.Context, log *slog.Logger, cfg BootConfig) error {
 	if err := switchRoot("/newroot"); err != nil {
 		return err
 	}
-	return mountUserland(log)
+	if err := mountUserland(log); err != nil {
+		return err
+	}
+	bringUpLoopback(log)
+	return nil
 }
 
 func mount(src, dst, typ string, flags uintptr, opts string) error {

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +18,19 @@ import (
 
 // resolvConf is where the guest's resolver reads its servers.
 const resolvConf = "/etc/resolv.conf"
+
+// bringUpLoopback brings lo up (the kernel gives it 127.0.0.1 and ::1)
+// whether or not the sandbox gets a network: the port calls dial the
+// guest's servers there, and a guest without a network has servers too.
+func bringUpLoopback(log *slog.Logger) {
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err != nil {
+		log.Warn("bring up the loopback", "err", err)
+	}
+}
 
 // configureNetwork brings up lo and the NIC with gn's MAC, sets its address
 // and default route, and writes the DNS servers to /etc/resolv.conf. It is

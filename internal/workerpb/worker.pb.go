@@ -4686,6 +4686,434 @@ func (*TarInResponse) Descriptor() ([]byte, []int) {
 	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{84}
 }
 
+type ListPortsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsRequest) Reset() {
+	*x = ListPortsRequest{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsRequest) ProtoMessage() {}
+
+func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
+func (*ListPortsRequest) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ListPortsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// ListeningPort is agentproto.ListeningPort.
+type ListeningPort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListeningPort) Reset() {
+	*x = ListeningPort{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListeningPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListeningPort) ProtoMessage() {}
+
+func (x *ListeningPort) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
+func (*ListeningPort) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListeningPort) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ListeningPort) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+type ListPortsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ports         []*ListeningPort       `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsResponse) Reset() {
+	*x = ListPortsResponse{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsResponse) ProtoMessage() {}
+
+func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
+func (*ListPortsResponse) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *ListPortsResponse) GetPorts() []*ListeningPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// DialPortHeader starts a DialPort call.
+type DialPortHeader struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// port is 1-65535.
+	Port          uint32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DialPortHeader) Reset() {
+	*x = DialPortHeader{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DialPortHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DialPortHeader) ProtoMessage() {}
+
+func (x *DialPortHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DialPortHeader.ProtoReflect.Descriptor instead.
+func (*DialPortHeader) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *DialPortHeader) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *DialPortHeader) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// CloseWrite half-closes a DialPort stream the way it travels.
+type CloseWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseWrite) Reset() {
+	*x = CloseWrite{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseWrite) ProtoMessage() {}
+
+func (x *CloseWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseWrite.ProtoReflect.Descriptor instead.
+func (*CloseWrite) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{89}
+}
+
+type DialPortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*DialPortRequest_Header
+	//	*DialPortRequest_Chunk
+	//	*DialPortRequest_CloseWrite
+	Kind          isDialPortRequest_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DialPortRequest) Reset() {
+	*x = DialPortRequest{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DialPortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DialPortRequest) ProtoMessage() {}
+
+func (x *DialPortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DialPortRequest.ProtoReflect.Descriptor instead.
+func (*DialPortRequest) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *DialPortRequest) GetKind() isDialPortRequest_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *DialPortRequest) GetHeader() *DialPortHeader {
+	if x != nil {
+		if x, ok := x.Kind.(*DialPortRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *DialPortRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*DialPortRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+func (x *DialPortRequest) GetCloseWrite() *CloseWrite {
+	if x != nil {
+		if x, ok := x.Kind.(*DialPortRequest_CloseWrite); ok {
+			return x.CloseWrite
+		}
+	}
+	return nil
+}
+
+type isDialPortRequest_Kind interface {
+	isDialPortRequest_Kind()
+}
+
+type DialPortRequest_Header struct {
+	Header *DialPortHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type DialPortRequest_Chunk struct {
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+type DialPortRequest_CloseWrite struct {
+	CloseWrite *CloseWrite `protobuf:"bytes,3,opt,name=close_write,json=closeWrite,proto3,oneof"`
+}
+
+func (*DialPortRequest_Header) isDialPortRequest_Kind() {}
+
+func (*DialPortRequest_Chunk) isDialPortRequest_Kind() {}
+
+func (*DialPortRequest_CloseWrite) isDialPortRequest_Kind() {}
+
+type DialPortResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*DialPortResponse_Opened
+	//	*DialPortResponse_Chunk
+	//	*DialPortResponse_CloseWrite
+	Kind          isDialPortResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DialPortResponse) Reset() {
+	*x = DialPortResponse{}
+	mi := &file_space_worker_v1_worker_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DialPortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DialPortResponse) ProtoMessage() {}
+
+func (x *DialPortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_space_worker_v1_worker_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DialPortResponse.ProtoReflect.Descriptor instead.
+func (*DialPortResponse) Descriptor() ([]byte, []int) {
+	return file_space_worker_v1_worker_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *DialPortResponse) GetKind() isDialPortResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *DialPortResponse) GetOpened() *Opened {
+	if x != nil {
+		if x, ok := x.Kind.(*DialPortResponse_Opened); ok {
+			return x.Opened
+		}
+	}
+	return nil
+}
+
+func (x *DialPortResponse) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*DialPortResponse_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+func (x *DialPortResponse) GetCloseWrite() *CloseWrite {
+	if x != nil {
+		if x, ok := x.Kind.(*DialPortResponse_CloseWrite); ok {
+			return x.CloseWrite
+		}
+	}
+	return nil
+}
+
+type isDialPortResponse_Kind interface {
+	isDialPortResponse_Kind()
+}
+
+type DialPortResponse_Opened struct {
+	Opened *Opened `protobuf:"bytes,1,opt,name=opened,proto3,oneof"`
+}
+
+type DialPortResponse_Chunk struct {
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+type DialPortResponse_CloseWrite struct {
+	CloseWrite *CloseWrite `protobuf:"bytes,3,opt,name=close_write,json=closeWrite,proto3,oneof"`
+}
+
+func (*DialPortResponse_Opened) isDialPortResponse_Kind() {}
+
+func (*DialPortResponse_Chunk) isDialPortResponse_Kind() {}
+
+func (*DialPortResponse_CloseWrite) isDialPortResponse_Kind() {}
+
 var File_space_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_space_worker_v1_worker_proto_rawDesc = "" +
@@ -5007,7 +5435,33 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x1c.space.worker.v1.TarInHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
 	"\x04kind\"\x0f\n" +
-	"\rTarInResponse2\x90\x0f\n" +
+	"\rTarInResponse\"1\n" +
+	"\x10ListPortsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"=\n" +
+	"\rListeningPort\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"I\n" +
+	"\x11ListPortsResponse\x124\n" +
+	"\x05ports\x18\x01 \x03(\v2\x1e.space.worker.v1.ListeningPortR\x05ports\"C\n" +
+	"\x0eDialPortHeader\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\"\f\n" +
+	"\n" +
+	"CloseWrite\"\xac\x01\n" +
+	"\x0fDialPortRequest\x129\n" +
+	"\x06header\x18\x01 \x01(\v2\x1f.space.worker.v1.DialPortHeaderH\x00R\x06header\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x12>\n" +
+	"\vclose_write\x18\x03 \x01(\v2\x1b.space.worker.v1.CloseWriteH\x00R\n" +
+	"closeWriteB\x06\n" +
+	"\x04kind\"\xa5\x01\n" +
+	"\x10DialPortResponse\x121\n" +
+	"\x06opened\x18\x01 \x01(\v2\x17.space.worker.v1.OpenedH\x00R\x06opened\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x12>\n" +
+	"\vclose_write\x18\x03 \x01(\v2\x1b.space.worker.v1.CloseWriteH\x00R\n" +
+	"closeWriteB\x06\n" +
+	"\x04kind2\x90\x0f\n" +
 	"\rWorkerService\x12F\n" +
 	"\x05Ready\x12\x1d.space.worker.v1.ReadyRequest\x1a\x1e.space.worker.v1.ReadyResponse\x12^\n" +
 	"\rCreateSandbox\x12%.space.worker.v1.CreateSandboxRequest\x1a&.space.worker.v1.CreateSandboxResponse\x12^\n" +
@@ -5033,7 +5487,8 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\x0eForgetTemplate\x12&.space.worker.v1.ForgetTemplateRequest\x1a'.space.worker.v1.ForgetTemplateResponse\x12`\n" +
 	"\rBuildTemplate\x12%.space.worker.v1.BuildTemplateRequest\x1a&.space.worker.v1.BuildTemplateResponse0\x012p\n" +
 	"\x0eControlService\x12^\n" +
-	"\rResolveSecret\x12%.space.worker.v1.ResolveSecretRequest\x1a&.space.worker.v1.ResolveSecretResponse2\xce\t\n" +
+	"\rResolveSecret\x12%.space.worker.v1.ResolveSecretRequest\x1a&.space.worker.v1.ResolveSecretResponse2\xf7\n" +
+	"\n" +
 	"\fGuestService\x12[\n" +
 	"\fStartProcess\x12$.space.worker.v1.StartProcessRequest\x1a%.space.worker.v1.StartProcessResponse\x12]\n" +
 	"\fStreamEvents\x12$.space.worker.v1.StreamEventsRequest\x1a%.space.worker.v1.StreamEventsResponse0\x01\x12U\n" +
@@ -5051,7 +5506,9 @@ const file_space_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"DeleteFile\x12\".space.worker.v1.DeleteFileRequest\x1a#.space.worker.v1.DeleteFileResponse\x12K\n" +
 	"\x06TarOut\x12\x1e.space.worker.v1.TarOutRequest\x1a\x1f.space.worker.v1.TarOutResponse0\x01\x12H\n" +
-	"\x05TarIn\x12\x1d.space.worker.v1.TarInRequest\x1a\x1e.space.worker.v1.TarInResponse(\x01B;Z9github.com/space-sandbox/space/internal/workerpb;workerpbb\x06proto3"
+	"\x05TarIn\x12\x1d.space.worker.v1.TarInRequest\x1a\x1e.space.worker.v1.TarInResponse(\x01\x12R\n" +
+	"\tListPorts\x12!.space.worker.v1.ListPortsRequest\x1a\".space.worker.v1.ListPortsResponse\x12S\n" +
+	"\bDialPort\x12 .space.worker.v1.DialPortRequest\x1a!.space.worker.v1.DialPortResponse(\x010\x01B;Z9github.com/space-sandbox/space/internal/workerpb;workerpbb\x06proto3"
 
 var (
 	file_space_worker_v1_worker_proto_rawDescOnce sync.Once
@@ -5065,7 +5522,7 @@ func file_space_worker_v1_worker_proto_rawDescGZIP() []byte {
 	return file_space_worker_v1_worker_proto_rawDescData
 }
 
-var file_space_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_space_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
 var file_space_worker_v1_worker_proto_goTypes = []any{
 	(*ErrorInfo)(nil),                 // 0: space.worker.v1.ErrorInfo
 	(*SandboxSpec)(nil),               // 1: space.worker.v1.SandboxSpec
@@ -5152,19 +5609,26 @@ var file_space_worker_v1_worker_proto_goTypes = []any{
 	(*TarInHeader)(nil),               // 82: space.worker.v1.TarInHeader
 	(*TarInRequest)(nil),              // 83: space.worker.v1.TarInRequest
 	(*TarInResponse)(nil),             // 84: space.worker.v1.TarInResponse
-	nil,                               // 85: space.worker.v1.SandboxSpec.EnvEntry
-	nil,                               // 86: space.worker.v1.ProcessSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),     // 87: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 88: google.protobuf.Duration
+	(*ListPortsRequest)(nil),          // 85: space.worker.v1.ListPortsRequest
+	(*ListeningPort)(nil),             // 86: space.worker.v1.ListeningPort
+	(*ListPortsResponse)(nil),         // 87: space.worker.v1.ListPortsResponse
+	(*DialPortHeader)(nil),            // 88: space.worker.v1.DialPortHeader
+	(*CloseWrite)(nil),                // 89: space.worker.v1.CloseWrite
+	(*DialPortRequest)(nil),           // 90: space.worker.v1.DialPortRequest
+	(*DialPortResponse)(nil),          // 91: space.worker.v1.DialPortResponse
+	nil,                               // 92: space.worker.v1.SandboxSpec.EnvEntry
+	nil,                               // 93: space.worker.v1.ProcessSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),     // 94: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 95: google.protobuf.Duration
 }
 var file_space_worker_v1_worker_proto_depIdxs = []int32{
-	85, // 0: space.worker.v1.SandboxSpec.env:type_name -> space.worker.v1.SandboxSpec.EnvEntry
-	87, // 1: space.worker.v1.SandboxStatus.booted_at:type_name -> google.protobuf.Timestamp
+	92, // 0: space.worker.v1.SandboxSpec.env:type_name -> space.worker.v1.SandboxSpec.EnvEntry
+	94, // 1: space.worker.v1.SandboxStatus.booted_at:type_name -> google.protobuf.Timestamp
 	1,  // 2: space.worker.v1.SandboxStatus.spec:type_name -> space.worker.v1.SandboxSpec
 	1,  // 3: space.worker.v1.CheckpointStatus.spec:type_name -> space.worker.v1.SandboxSpec
-	87, // 4: space.worker.v1.CheckpointStatus.created_at:type_name -> google.protobuf.Timestamp
-	88, // 5: space.worker.v1.CheckpointStatus.paused:type_name -> google.protobuf.Duration
-	87, // 6: space.worker.v1.NetworkRecord.time:type_name -> google.protobuf.Timestamp
+	94, // 4: space.worker.v1.CheckpointStatus.created_at:type_name -> google.protobuf.Timestamp
+	95, // 5: space.worker.v1.CheckpointStatus.paused:type_name -> google.protobuf.Duration
+	94, // 6: space.worker.v1.NetworkRecord.time:type_name -> google.protobuf.Timestamp
 	1,  // 7: space.worker.v1.CreateSandboxRequest.spec:type_name -> space.worker.v1.SandboxSpec
 	2,  // 8: space.worker.v1.CreateSandboxResponse.status:type_name -> space.worker.v1.SandboxStatus
 	2,  // 9: space.worker.v1.GetSandboxResponse.status:type_name -> space.worker.v1.SandboxStatus
@@ -5179,14 +5643,14 @@ var file_space_worker_v1_worker_proto_depIdxs = []int32{
 	2,  // 18: space.worker.v1.RestoreCheckpointResponse.status:type_name -> space.worker.v1.SandboxStatus
 	1,  // 19: space.worker.v1.PrepareTemplateRequest.spec:type_name -> space.worker.v1.SandboxSpec
 	45, // 20: space.worker.v1.BuildTemplateResponse.progress:type_name -> space.worker.v1.BuildProgress
-	86, // 21: space.worker.v1.ProcessSpec.env:type_name -> space.worker.v1.ProcessSpec.EnvEntry
+	93, // 21: space.worker.v1.ProcessSpec.env:type_name -> space.worker.v1.ProcessSpec.EnvEntry
 	49, // 22: space.worker.v1.ProcessSpec.pty:type_name -> space.worker.v1.PTY
-	87, // 23: space.worker.v1.ExitStatus.ended_at:type_name -> google.protobuf.Timestamp
-	87, // 24: space.worker.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	94, // 23: space.worker.v1.ExitStatus.ended_at:type_name -> google.protobuf.Timestamp
+	94, // 24: space.worker.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
 	50, // 25: space.worker.v1.ProcessInfo.exit:type_name -> space.worker.v1.ExitStatus
-	87, // 26: space.worker.v1.Event.time:type_name -> google.protobuf.Timestamp
+	94, // 26: space.worker.v1.Event.time:type_name -> google.protobuf.Timestamp
 	50, // 27: space.worker.v1.Event.exit:type_name -> space.worker.v1.ExitStatus
-	87, // 28: space.worker.v1.FileInfo.mtime:type_name -> google.protobuf.Timestamp
+	94, // 28: space.worker.v1.FileInfo.mtime:type_name -> google.protobuf.Timestamp
 	48, // 29: space.worker.v1.StartProcessRequest.spec:type_name -> space.worker.v1.ProcessSpec
 	51, // 30: space.worker.v1.StartProcessResponse.process:type_name -> space.worker.v1.ProcessInfo
 	54, // 31: space.worker.v1.StreamEventsResponse.opened:type_name -> space.worker.v1.Opened
@@ -5200,81 +5664,90 @@ var file_space_worker_v1_worker_proto_depIdxs = []int32{
 	53, // 39: space.worker.v1.StatFileResponse.info:type_name -> space.worker.v1.FileInfo
 	54, // 40: space.worker.v1.TarOutResponse.opened:type_name -> space.worker.v1.Opened
 	82, // 41: space.worker.v1.TarInRequest.header:type_name -> space.worker.v1.TarInHeader
-	5,  // 42: space.worker.v1.WorkerService.Ready:input_type -> space.worker.v1.ReadyRequest
-	7,  // 43: space.worker.v1.WorkerService.CreateSandbox:input_type -> space.worker.v1.CreateSandboxRequest
-	9,  // 44: space.worker.v1.WorkerService.DeleteSandbox:input_type -> space.worker.v1.DeleteSandboxRequest
-	11, // 45: space.worker.v1.WorkerService.GetSandbox:input_type -> space.worker.v1.GetSandboxRequest
-	13, // 46: space.worker.v1.WorkerService.ListSandboxes:input_type -> space.worker.v1.ListSandboxesRequest
-	15, // 47: space.worker.v1.WorkerService.CheckGuest:input_type -> space.worker.v1.CheckGuestRequest
-	17, // 48: space.worker.v1.WorkerService.SetNetworkPolicy:input_type -> space.worker.v1.SetNetworkPolicyRequest
-	19, // 49: space.worker.v1.WorkerService.GetNetworkLog:input_type -> space.worker.v1.GetNetworkLogRequest
-	21, // 50: space.worker.v1.WorkerService.WatchExits:input_type -> space.worker.v1.WatchExitsRequest
-	23, // 51: space.worker.v1.WorkerService.PauseSandbox:input_type -> space.worker.v1.PauseSandboxRequest
-	25, // 52: space.worker.v1.WorkerService.ResumeSandbox:input_type -> space.worker.v1.ResumeSandboxRequest
-	27, // 53: space.worker.v1.WorkerService.SuspendSandbox:input_type -> space.worker.v1.SuspendSandboxRequest
-	29, // 54: space.worker.v1.WorkerService.WakeSandbox:input_type -> space.worker.v1.WakeSandboxRequest
-	31, // 55: space.worker.v1.WorkerService.CreateCheckpoint:input_type -> space.worker.v1.CreateCheckpointRequest
-	33, // 56: space.worker.v1.WorkerService.DeleteCheckpoint:input_type -> space.worker.v1.DeleteCheckpointRequest
-	35, // 57: space.worker.v1.WorkerService.ListCheckpoints:input_type -> space.worker.v1.ListCheckpointsRequest
-	37, // 58: space.worker.v1.WorkerService.RestoreCheckpoint:input_type -> space.worker.v1.RestoreCheckpointRequest
-	39, // 59: space.worker.v1.WorkerService.PrepareTemplate:input_type -> space.worker.v1.PrepareTemplateRequest
-	41, // 60: space.worker.v1.WorkerService.ForgetTemplate:input_type -> space.worker.v1.ForgetTemplateRequest
-	43, // 61: space.worker.v1.WorkerService.BuildTemplate:input_type -> space.worker.v1.BuildTemplateRequest
-	46, // 62: space.worker.v1.ControlService.ResolveSecret:input_type -> space.worker.v1.ResolveSecretRequest
-	55, // 63: space.worker.v1.GuestService.StartProcess:input_type -> space.worker.v1.StartProcessRequest
-	57, // 64: space.worker.v1.GuestService.StreamEvents:input_type -> space.worker.v1.StreamEventsRequest
-	59, // 65: space.worker.v1.GuestService.WriteStdin:input_type -> space.worker.v1.WriteStdinRequest
-	61, // 66: space.worker.v1.GuestService.SignalProcess:input_type -> space.worker.v1.SignalProcessRequest
-	63, // 67: space.worker.v1.GuestService.ResizeProcess:input_type -> space.worker.v1.ResizeProcessRequest
-	65, // 68: space.worker.v1.GuestService.GetProcess:input_type -> space.worker.v1.GetProcessRequest
-	67, // 69: space.worker.v1.GuestService.ListProcesses:input_type -> space.worker.v1.ListProcessesRequest
-	69, // 70: space.worker.v1.GuestService.ReadFile:input_type -> space.worker.v1.ReadFileRequest
-	72, // 71: space.worker.v1.GuestService.WriteFile:input_type -> space.worker.v1.WriteFileRequest
-	74, // 72: space.worker.v1.GuestService.ListDir:input_type -> space.worker.v1.ListDirRequest
-	76, // 73: space.worker.v1.GuestService.StatFile:input_type -> space.worker.v1.StatFileRequest
-	78, // 74: space.worker.v1.GuestService.DeleteFile:input_type -> space.worker.v1.DeleteFileRequest
-	80, // 75: space.worker.v1.GuestService.TarOut:input_type -> space.worker.v1.TarOutRequest
-	83, // 76: space.worker.v1.GuestService.TarIn:input_type -> space.worker.v1.TarInRequest
-	6,  // 77: space.worker.v1.WorkerService.Ready:output_type -> space.worker.v1.ReadyResponse
-	8,  // 78: space.worker.v1.WorkerService.CreateSandbox:output_type -> space.worker.v1.CreateSandboxResponse
-	10, // 79: space.worker.v1.WorkerService.DeleteSandbox:output_type -> space.worker.v1.DeleteSandboxResponse
-	12, // 80: space.worker.v1.WorkerService.GetSandbox:output_type -> space.worker.v1.GetSandboxResponse
-	14, // 81: space.worker.v1.WorkerService.ListSandboxes:output_type -> space.worker.v1.ListSandboxesResponse
-	16, // 82: space.worker.v1.WorkerService.CheckGuest:output_type -> space.worker.v1.CheckGuestResponse
-	18, // 83: space.worker.v1.WorkerService.SetNetworkPolicy:output_type -> space.worker.v1.SetNetworkPolicyResponse
-	20, // 84: space.worker.v1.WorkerService.GetNetworkLog:output_type -> space.worker.v1.GetNetworkLogResponse
-	22, // 85: space.worker.v1.WorkerService.WatchExits:output_type -> space.worker.v1.WatchExitsResponse
-	24, // 86: space.worker.v1.WorkerService.PauseSandbox:output_type -> space.worker.v1.PauseSandboxResponse
-	26, // 87: space.worker.v1.WorkerService.ResumeSandbox:output_type -> space.worker.v1.ResumeSandboxResponse
-	28, // 88: space.worker.v1.WorkerService.SuspendSandbox:output_type -> space.worker.v1.SuspendSandboxResponse
-	30, // 89: space.worker.v1.WorkerService.WakeSandbox:output_type -> space.worker.v1.WakeSandboxResponse
-	32, // 90: space.worker.v1.WorkerService.CreateCheckpoint:output_type -> space.worker.v1.CreateCheckpointResponse
-	34, // 91: space.worker.v1.WorkerService.DeleteCheckpoint:output_type -> space.worker.v1.DeleteCheckpointResponse
-	36, // 92: space.worker.v1.WorkerService.ListCheckpoints:output_type -> space.worker.v1.ListCheckpointsResponse
-	38, // 93: space.worker.v1.WorkerService.RestoreCheckpoint:output_type -> space.worker.v1.RestoreCheckpointResponse
-	40, // 94: space.worker.v1.WorkerService.PrepareTemplate:output_type -> space.worker.v1.PrepareTemplateResponse
-	42, // 95: space.worker.v1.WorkerService.ForgetTemplate:output_type -> space.worker.v1.ForgetTemplateResponse
-	44, // 96: space.worker.v1.WorkerService.BuildTemplate:output_type -> space.worker.v1.BuildTemplateResponse
-	47, // 97: space.worker.v1.ControlService.ResolveSecret:output_type -> space.worker.v1.ResolveSecretResponse
-	56, // 98: space.worker.v1.GuestService.StartProcess:output_type -> space.worker.v1.StartProcessResponse
-	58, // 99: space.worker.v1.GuestService.StreamEvents:output_type -> space.worker.v1.StreamEventsResponse
-	60, // 100: space.worker.v1.GuestService.WriteStdin:output_type -> space.worker.v1.WriteStdinResponse
-	62, // 101: space.worker.v1.GuestService.SignalProcess:output_type -> space.worker.v1.SignalProcessResponse
-	64, // 102: space.worker.v1.GuestService.ResizeProcess:output_type -> space.worker.v1.ResizeProcessResponse
-	66, // 103: space.worker.v1.GuestService.GetProcess:output_type -> space.worker.v1.GetProcessResponse
-	68, // 104: space.worker.v1.GuestService.ListProcesses:output_type -> space.worker.v1.ListProcessesResponse
-	70, // 105: space.worker.v1.GuestService.ReadFile:output_type -> space.worker.v1.ReadFileResponse
-	73, // 106: space.worker.v1.GuestService.WriteFile:output_type -> space.worker.v1.WriteFileResponse
-	75, // 107: space.worker.v1.GuestService.ListDir:output_type -> space.worker.v1.ListDirResponse
-	77, // 108: space.worker.v1.GuestService.StatFile:output_type -> space.worker.v1.StatFileResponse
-	79, // 109: space.worker.v1.GuestService.DeleteFile:output_type -> space.worker.v1.DeleteFileResponse
-	81, // 110: space.worker.v1.GuestService.TarOut:output_type -> space.worker.v1.TarOutResponse
-	84, // 111: space.worker.v1.GuestService.TarIn:output_type -> space.worker.v1.TarInResponse
-	77, // [77:112] is the sub-list for method output_type
-	42, // [42:77] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	86, // 42: space.worker.v1.ListPortsResponse.ports:type_name -> space.worker.v1.ListeningPort
+	88, // 43: space.worker.v1.DialPortRequest.header:type_name -> space.worker.v1.DialPortHeader
+	89, // 44: space.worker.v1.DialPortRequest.close_write:type_name -> space.worker.v1.CloseWrite
+	54, // 45: space.worker.v1.DialPortResponse.opened:type_name -> space.worker.v1.Opened
+	89, // 46: space.worker.v1.DialPortResponse.close_write:type_name -> space.worker.v1.CloseWrite
+	5,  // 47: space.worker.v1.WorkerService.Ready:input_type -> space.worker.v1.ReadyRequest
+	7,  // 48: space.worker.v1.WorkerService.CreateSandbox:input_type -> space.worker.v1.CreateSandboxRequest
+	9,  // 49: space.worker.v1.WorkerService.DeleteSandbox:input_type -> space.worker.v1.DeleteSandboxRequest
+	11, // 50: space.worker.v1.WorkerService.GetSandbox:input_type -> space.worker.v1.GetSandboxRequest
+	13, // 51: space.worker.v1.WorkerService.ListSandboxes:input_type -> space.worker.v1.ListSandboxesRequest
+	15, // 52: space.worker.v1.WorkerService.CheckGuest:input_type -> space.worker.v1.CheckGuestRequest
+	17, // 53: space.worker.v1.WorkerService.SetNetworkPolicy:input_type -> space.worker.v1.SetNetworkPolicyRequest
+	19, // 54: space.worker.v1.WorkerService.GetNetworkLog:input_type -> space.worker.v1.GetNetworkLogRequest
+	21, // 55: space.worker.v1.WorkerService.WatchExits:input_type -> space.worker.v1.WatchExitsRequest
+	23, // 56: space.worker.v1.WorkerService.PauseSandbox:input_type -> space.worker.v1.PauseSandboxRequest
+	25, // 57: space.worker.v1.WorkerService.ResumeSandbox:input_type -> space.worker.v1.ResumeSandboxRequest
+	27, // 58: space.worker.v1.WorkerService.SuspendSandbox:input_type -> space.worker.v1.SuspendSandboxRequest
+	29, // 59: space.worker.v1.WorkerService.WakeSandbox:input_type -> space.worker.v1.WakeSandboxRequest
+	31, // 60: space.worker.v1.WorkerService.CreateCheckpoint:input_type -> space.worker.v1.CreateCheckpointRequest
+	33, // 61: space.worker.v1.WorkerService.DeleteCheckpoint:input_type -> space.worker.v1.DeleteCheckpointRequest
+	35, // 62: space.worker.v1.WorkerService.ListCheckpoints:input_type -> space.worker.v1.ListCheckpointsRequest
+	37, // 63: space.worker.v1.WorkerService.RestoreCheckpoint:input_type -> space.worker.v1.RestoreCheckpointRequest
+	39, // 64: space.worker.v1.WorkerService.PrepareTemplate:input_type -> space.worker.v1.PrepareTemplateRequest
+	41, // 65: space.worker.v1.WorkerService.ForgetTemplate:input_type -> space.worker.v1.ForgetTemplateRequest
+	43, // 66: space.worker.v1.WorkerService.BuildTemplate:input_type -> space.worker.v1.BuildTemplateRequest
+	46, // 67: space.worker.v1.ControlService.ResolveSecret:input_type -> space.worker.v1.ResolveSecretRequest
+	55, // 68: space.worker.v1.GuestService.StartProcess:input_type -> space.worker.v1.StartProcessRequest
+	57, // 69: space.worker.v1.GuestService.StreamEvents:input_type -> space.worker.v1.StreamEventsRequest
+	59, // 70: space.worker.v1.GuestService.WriteStdin:input_type -> space.worker.v1.WriteStdinRequest
+	61, // 71: space.worker.v1.GuestService.SignalProcess:input_type -> space.worker.v1.SignalProcessRequest
+	63, // 72: space.worker.v1.GuestService.ResizeProcess:input_type -> space.worker.v1.ResizeProcessRequest
+	65, // 73: space.worker.v1.GuestService.GetProcess:input_type -> space.worker.v1.GetProcessRequest
+	67, // 74: space.worker.v1.GuestService.ListProcesses:input_type -> space.worker.v1.ListProcessesRequest
+	69, // 75: space.worker.v1.GuestService.ReadFile:input_type -> space.worker.v1.ReadFileRequest
+	72, // 76: space.worker.v1.GuestService.WriteFile:input_type -> space.worker.v1.WriteFileRequest
+	74, // 77: space.worker.v1.GuestService.ListDir:input_type -> space.worker.v1.ListDirRequest
+	76, // 78: space.worker.v1.GuestService.StatFile:input_type -> space.worker.v1.StatFileRequest
+	78, // 79: space.worker.v1.GuestService.DeleteFile:input_type -> space.worker.v1.DeleteFileRequest
+	80, // 80: space.worker.v1.GuestService.TarOut:input_type -> space.worker.v1.TarOutRequest
+	83, // 81: space.worker.v1.GuestService.TarIn:input_type -> space.worker.v1.TarInRequest
+	85, // 82: space.worker.v1.GuestService.ListPorts:input_type -> space.worker.v1.ListPortsRequest
+	90, // 83: space.worker.v1.GuestService.DialPort:input_type -> space.worker.v1.DialPortRequest
+	6,  // 84: space.worker.v1.WorkerService.Ready:output_type -> space.worker.v1.ReadyResponse
+	8,  // 85: space.worker.v1.WorkerService.CreateSandbox:output_type -> space.worker.v1.CreateSandboxResponse
+	10, // 86: space.worker.v1.WorkerService.DeleteSandbox:output_type -> space.worker.v1.DeleteSandboxResponse
+	12, // 87: space.worker.v1.WorkerService.GetSandbox:output_type -> space.worker.v1.GetSandboxResponse
+	14, // 88: space.worker.v1.WorkerService.ListSandboxes:output_type -> space.worker.v1.ListSandboxesResponse
+	16, // 89: space.worker.v1.WorkerService.CheckGuest:output_type -> space.worker.v1.CheckGuestResponse
+	18, // 90: space.worker.v1.WorkerService.SetNetworkPolicy:output_type -> space.worker.v1.SetNetworkPolicyResponse
+	20, // 91: space.worker.v1.WorkerService.GetNetworkLog:output_type -> space.worker.v1.GetNetworkLogResponse
+	22, // 92: space.worker.v1.WorkerService.WatchExits:output_type -> space.worker.v1.WatchExitsResponse
+	24, // 93: space.worker.v1.WorkerService.PauseSandbox:output_type -> space.worker.v1.PauseSandboxResponse
+	26, // 94: space.worker.v1.WorkerService.ResumeSandbox:output_type -> space.worker.v1.ResumeSandboxResponse
+	28, // 95: space.worker.v1.WorkerService.SuspendSandbox:output_type -> space.worker.v1.SuspendSandboxResponse
+	30, // 96: space.worker.v1.WorkerService.WakeSandbox:output_type -> space.worker.v1.WakeSandboxResponse
+	32, // 97: space.worker.v1.WorkerService.CreateCheckpoint:output_type -> space.worker.v1.CreateCheckpointResponse
+	34, // 98: space.worker.v1.WorkerService.DeleteCheckpoint:output_type -> space.worker.v1.DeleteCheckpointResponse
+	36, // 99: space.worker.v1.WorkerService.ListCheckpoints:output_type -> space.worker.v1.ListCheckpointsResponse
+	38, // 100: space.worker.v1.WorkerService.RestoreCheckpoint:output_type -> space.worker.v1.RestoreCheckpointResponse
+	40, // 101: space.worker.v1.WorkerService.PrepareTemplate:output_type -> space.worker.v1.PrepareTemplateResponse
+	42, // 102: space.worker.v1.WorkerService.ForgetTemplate:output_type -> space.worker.v1.ForgetTemplateResponse
+	44, // 103: space.worker.v1.WorkerService.BuildTemplate:output_type -> space.worker.v1.BuildTemplateResponse
+	47, // 104: space.worker.v1.ControlService.ResolveSecret:output_type -> space.worker.v1.ResolveSecretResponse
+	56, // 105: space.worker.v1.GuestService.StartProcess:output_type -> space.worker.v1.StartProcessResponse
+	58, // 106: space.worker.v1.GuestService.StreamEvents:output_type -> space.worker.v1.StreamEventsResponse
+	60, // 107: space.worker.v1.GuestService.WriteStdin:output_type -> space.worker.v1.WriteStdinResponse
+	62, // 108: space.worker.v1.GuestService.SignalProcess:output_type -> space.worker.v1.SignalProcessResponse
+	64, // 109: space.worker.v1.GuestService.ResizeProcess:output_type -> space.worker.v1.ResizeProcessResponse
+	66, // 110: space.worker.v1.GuestService.GetProcess:output_type -> space.worker.v1.GetProcessResponse
+	68, // 111: space.worker.v1.GuestService.ListProcesses:output_type -> space.worker.v1.ListProcessesResponse
+	70, // 112: space.worker.v1.GuestService.ReadFile:output_type -> space.worker.v1.ReadFileResponse
+	73, // 113: space.worker.v1.GuestService.WriteFile:output_type -> space.worker.v1.WriteFileResponse
+	75, // 114: space.worker.v1.GuestService.ListDir:output_type -> space.worker.v1.ListDirResponse
+	77, // 115: space.worker.v1.GuestService.StatFile:output_type -> space.worker.v1.StatFileResponse
+	79, // 116: space.worker.v1.GuestService.DeleteFile:output_type -> space.worker.v1.DeleteFileResponse
+	81, // 117: space.worker.v1.GuestService.TarOut:output_type -> space.worker.v1.TarOutResponse
+	84, // 118: space.worker.v1.GuestService.TarIn:output_type -> space.worker.v1.TarInResponse
+	87, // 119: space.worker.v1.GuestService.ListPorts:output_type -> space.worker.v1.ListPortsResponse
+	91, // 120: space.worker.v1.GuestService.DialPort:output_type -> space.worker.v1.DialPortResponse
+	84, // [84:121] is the sub-list for method output_type
+	47, // [47:84] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_space_worker_v1_worker_proto_init() }
@@ -5308,13 +5781,23 @@ func file_space_worker_v1_worker_proto_init() {
 		(*TarInRequest_Header)(nil),
 		(*TarInRequest_Chunk)(nil),
 	}
+	file_space_worker_v1_worker_proto_msgTypes[90].OneofWrappers = []any{
+		(*DialPortRequest_Header)(nil),
+		(*DialPortRequest_Chunk)(nil),
+		(*DialPortRequest_CloseWrite)(nil),
+	}
+	file_space_worker_v1_worker_proto_msgTypes[91].OneofWrappers = []any{
+		(*DialPortResponse_Opened)(nil),
+		(*DialPortResponse_Chunk)(nil),
+		(*DialPortResponse_CloseWrite)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_space_worker_v1_worker_proto_rawDesc), len(file_space_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   87,
+			NumMessages:   94,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

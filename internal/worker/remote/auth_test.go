@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -73,6 +74,10 @@ func TestAuthRefused(t *testing.T) {
 	if _, err := c.CreateSandbox(ctx, worker.SandboxSpec{ID: "sbx_auth", Template: "base", VCPUs: 1, MemoryMiB: 256}); err != nil {
 		t.Fatal(err)
 	}
+	// A port in the "guest" (the host, for this worker), which a refused
+	// DialPort must not reach.
+	dialled := make(chan struct{}, 1)
+	port := listen(t, func(net.Conn) { dialled <- struct{}{} })
 	wrong := newToken(t)
 	cases := map[string]string{
 		"no token":          "",
@@ -109,6 +114,13 @@ func TestAuthRefused(t *testing.T) {
 				SandboxId: "sbx_auth", Path: "/refused"}}})
 			_, err = up.CloseAndReceive()
 			wantRefused(t, "WriteFile", err)
+			dial := guests.DialPort(ctx)
+			_ = dial.Send(&workerpb.DialPortRequest{Kind: &workerpb.DialPortRequest_Header{Header: &workerpb.DialPortHeader{
+				SandboxId: "sbx_auth", Port: uint32(port)}}})
+			_, err = dial.Receive()
+			dial.CloseRequest()
+			dial.CloseResponse()
+			wantRefused(t, "DialPort", err)
 		})
 	}
 	if _, err := fw.Sandbox(ctx, "sbx_refused"); errdefs.ClassOf(err) != errdefs.ErrNotFound {
@@ -120,6 +132,11 @@ func TestAuthRefused(t *testing.T) {
 	}
 	if _, err := g.Stat(ctx, "/refused"); errdefs.ClassOf(err) != errdefs.ErrNotFound {
 		t.Errorf("a refused upload wrote the file: %v", err)
+	}
+	select {
+	case <-dialled:
+		t.Error("a refused DialPort reached the guest's port")
+	default:
 	}
 
 	// The protocol's own client with a wrong token gets the class.
@@ -144,8 +161,8 @@ func TestAuthRefused(t *testing.T) {
 	}
 
 	logs := s.log.String()
-	if n := strings.Count(logs, "refused a worker protocol call"); n < len(cases)*4 {
-		t.Errorf("%d refusals logged, want at least %d:\n%s", n, len(cases)*4, logs)
+	if n := strings.Count(logs, "refused a worker protocol call"); n < len(cases)*5 {
+		t.Errorf("%d refusals logged, want at least %d:\n%s", n, len(cases)*5, logs)
 	}
 	for _, secret := range []string{good.Reveal(), wrong.Reveal(), good.Reveal()[:20]} {
 		if strings.Contains(logs, secret) {

@@ -51,6 +51,10 @@ type Client struct {
 	http    *http.Client
 	workers workerpbconnect.WorkerServiceClient
 	guests  workerpbconnect.GuestServiceClient
+	// ports is guests without gzip: a port connection's bytes are the
+	// guest's own (often compressed already) and gzip cost most of a
+	// relay's CPU.
+	ports workerpbconnect.GuestServiceClient
 
 	exitsOnce sync.Once
 	exits     chan worker.Exit
@@ -99,6 +103,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		log: log.With("component", "worker-protocol", "worker", base), http: hc,
 		workers: workerpbconnect.NewWorkerServiceClient(hc, base, opts),
 		guests:  workerpbconnect.NewGuestServiceClient(hc, base, opts),
+		ports:   workerpbconnect.NewGuestServiceClient(hc, base, opts, connect.WithAcceptCompression("gzip", nil, nil)),
 		exits:   make(chan worker.Exit), closing: closing, close: cancel,
 	}, nil
 }

@@ -100,3 +100,11 @@ func fileFromPB(p *workerpb.FileInfo) agentproto.FileInfo {
 		Name: p.GetName(), Type: p.GetType(), Size: p.GetSize(), Mode: p.GetMode(), MTime: timeFromPB(p.GetMtime()),
 	}
 }
+
+func portToPB(p agentproto.ListeningPort) *workerpb.ListeningPort {
+	return &workerpb.ListeningPort{Port: uint32(p.Port), Address: p.Address}
+}
+
+func portFromPB(p *workerpb.ListeningPort) agentproto.ListeningPort {
+	return agentproto.ListeningPort{Port: clampU16(p.GetPort()), Address: p.GetAddress()}
+}

@@ -65,7 +65,13 @@ type served struct {
 // the test.
 func serve(t testing.TB, w worker.Worker, token remote.Token) *served {
 	t.Helper()
-	s := &served{t: t, w: w, token: token, addr: "127.0.0.1:0", log: &logBuffer{}}
+	return serveWrapped(t, w, token, nil)
+}
+
+// serveWrapped is serve with the server's handler wrapped from the start.
+func serveWrapped(t testing.TB, w worker.Worker, token remote.Token, wrap func(http.Handler) http.Handler) *served {
+	t.Helper()
+	s := &served{t: t, w: w, token: token, addr: "127.0.0.1:0", log: &logBuffer{}, wrap: wrap}
 	s.start()
 	t.Cleanup(s.stop)
 	return s

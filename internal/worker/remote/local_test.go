@@ -33,7 +33,7 @@ func TestConformanceLocal(t *testing.T) {
 }
 
 // empty deletes every sandbox and checkpoint w holds.
-func empty(t *testing.T, w *local.Worker) {
+func empty(t testing.TB, w *local.Worker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	sbs, err := w.Sandboxes(ctx)
@@ -58,7 +58,7 @@ func empty(t *testing.T, w *local.Worker) {
 
 // newLocalWorker opens a local worker over a fresh reflink volume; the
 // test's cleanup deletes what it holds and closes it.
-func newLocalWorker(t *testing.T) *local.Worker {
+func newLocalWorker(t testing.TB) *local.Worker {
 	testenv.RequireVM(t)
 	art := testenv.Boot(t)
 	vol := testenv.NewVolume(t, art.Agent)

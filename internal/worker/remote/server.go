@@ -119,12 +119,26 @@ func (s *Server) HTTPServer(tlsConfig *tls.Config) *http.Server {
 	}
 }
 
+// maxStreams bounds the calls open at once on one connection; a client
+// that needs more opens another connection.
+const maxStreams = 1000
+
+// streamWindow is how much one call may have in flight unread, either way.
+// A connection's window covers that for every stream it can carry, so a
+// stream whose reader stalls (a port connection to a guest that reads
+// nothing, or to a slow client) holds only its own window and never
+// stalls the connection's other calls.
+const streamWindow = 1 << 20
+
+// http2Config is the HTTP/2 of both ends of the protocol.
 func http2Config() *http.HTTP2Config {
 	return &http.HTTP2Config{
-		MaxConcurrentStreams: 1000,
-		MaxReadFrameSize:     1 << 20,
-		SendPingTimeout:      15 * time.Second,
-		PingTimeout:          15 * time.Second,
+		MaxConcurrentStreams:          maxStreams,
+		MaxReceiveBufferPerStream:     streamWindow,
+		MaxReceiveBufferPerConnection: maxStreams * streamWindow,
+		MaxReadFrameSize:              1 << 20,
+		SendPingTimeout:               15 * time.Second,
+		PingTimeout:                   15 * time.Second,
 	}
 }
 

@@ -28,7 +28,7 @@ func (h guestService) ReadFile(ctx context.Context, req *connect.Request[workerp
 	if err := stream.Send(&workerpb.ReadFileResponse{Kind: &workerpb.ReadFileResponse_Info{Info: fileToPB(info)}}); err != nil {
 		return err
 	}
-	err = sendChunks(rc, func(chunk []byte) error {
+	err = sendChunks(rc, chunkBytes, func(chunk []byte) error {
 		return stream.Send(&workerpb.ReadFileResponse{Kind: &workerpb.ReadFileResponse_Chunk{Chunk: chunk}})
 	})
 	return h.s.streamEnd(err)
@@ -49,7 +49,7 @@ func (h guestService) TarOut(ctx context.Context, req *connect.Request[workerpb.
 	if err := stream.Send(&workerpb.TarOutResponse{Kind: &workerpb.TarOutResponse_Opened{Opened: &workerpb.Opened{}}}); err != nil {
 		return err
 	}
-	err = sendChunks(rc, func(chunk []byte) error {
+	err = sendChunks(rc, chunkBytes, func(chunk []byte) error {
 		return stream.Send(&workerpb.TarOutResponse{Kind: &workerpb.TarOutResponse_Chunk{Chunk: chunk}})
 	})
 	return h.s.streamEnd(err)

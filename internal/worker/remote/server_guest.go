@@ -157,10 +157,10 @@ func (h guestService) DeleteFile(ctx context.Context, req *connect.Request[worke
 	return reply(&workerpb.DeleteFileResponse{}), nil
 }
 
-// sendChunks sends r's bytes in messages of at most chunkBytes, made by
-// wrap, until r ends.
-func sendChunks(r io.Reader, send func(chunk []byte) error) error {
-	buf := make([]byte, chunkBytes)
+// sendChunks sends r's bytes with send, at most size at a time, until r
+// ends.
+func sendChunks(r io.Reader, size int, send func(chunk []byte) error) error {
+	buf := make([]byte, size)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {

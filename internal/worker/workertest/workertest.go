@@ -10,8 +10,9 @@
 // made: error classes for unknown ids and wrong states, idempotent delete
 // and lifecycle calls, the lifetime of checkpoints and their branches, what
 // suspend and wake keep, and the guest calls the API makes. It touches a
-// guest only through its files and short processes (echo, true), which a
-// worker whose "guest" is a process on the host can also run safely.
+// guest only through its files, short processes (echo, true) and port
+// calls that connect to nothing, which a worker whose "guest" is a process
+// on the host can also run safely.
 package workertest
 
 import (
@@ -188,7 +189,29 @@ func testGuest(t *testing.T, h Harness) {
 	wantClass(t, "Stat of a deleted dir", err, errdefs.ErrNotFound)
 	_, _, err = g.ReadFile(ctx, "/tmp/wt/none")
 	wantClass(t, "ReadFile of a missing file", err, errdefs.ErrNotFound)
+	testPorts(t, ctx, g)
 	must[struct{}](t, "DeleteSandbox")(struct{}{}, w.DeleteSandbox(ctx, id))
+}
+
+// testPorts: the port list is sorted; a port nothing listens on is a
+// failed precondition, port 0 an invalid argument.
+func testPorts(t *testing.T, ctx context.Context, g worker.Guest) {
+	ports := must[[]agentproto.ListeningPort](t, "ListPorts")(g.ListPorts(ctx))
+	listening := map[uint16]bool{}
+	for i, p := range ports {
+		listening[p.Port] = true
+		if i > 0 && p.Port < ports[i-1].Port {
+			t.Errorf("ListPorts not sorted by port: %+v", ports)
+		}
+	}
+	free := uint16(1)
+	for listening[free] {
+		free++
+	}
+	_, err := g.DialPort(ctx, free)
+	wantClass(t, "DialPort of a port nothing listens on", err, errdefs.ErrFailedPrecondition)
+	_, err = g.DialPort(ctx, 0)
+	wantClass(t, "DialPort of port 0", err, errdefs.ErrInvalidArgument)
 }
 
 // testLifecycle: pause, suspend and wake move the sandbox through its

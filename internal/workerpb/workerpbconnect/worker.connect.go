@@ -144,6 +144,10 @@ const (
 	GuestServiceTarOutProcedure = "/space.worker.v1.GuestService/TarOut"
 	// GuestServiceTarInProcedure is the fully-qualified name of the GuestService's TarIn RPC.
 	GuestServiceTarInProcedure = "/space.worker.v1.GuestService/TarIn"
+	// GuestServiceListPortsProcedure is the fully-qualified name of the GuestService's ListPorts RPC.
+	GuestServiceListPortsProcedure = "/space.worker.v1.GuestService/ListPorts"
+	// GuestServiceDialPortProcedure is the fully-qualified name of the GuestService's DialPort RPC.
+	GuestServiceDialPortProcedure = "/space.worker.v1.GuestService/DialPort"
 )
 
 // WorkerServiceClient is a client for the space.worker.v1.WorkerService service.
@@ -835,6 +839,15 @@ type GuestServiceClient interface {
 	TarOut(context.Context, *connect.Request[workerpb.TarOutRequest]) (*connect.ServerStreamForClient[workerpb.TarOutResponse], error)
 	// TarIn takes the directory first, then a tar archive in chunks.
 	TarIn(context.Context) *connect.ClientStreamForClient[workerpb.TarInRequest, workerpb.TarInResponse]
+	// ListPorts lists the TCP ports listening in the guest.
+	ListPorts(context.Context, *connect.Request[workerpb.ListPortsRequest]) (*connect.Response[workerpb.ListPortsResponse], error)
+	// DialPort is one TCP connection to a port in the guest: the first
+	// request is the header (sandbox and port); the first response is Opened
+	// once the guest's server accepted (or the call fails with the dial's
+	// error); then bytes flow both ways in chunks, and close_write either way
+	// half-closes (nothing follows it that way). The call ends once both ways
+	// are closed, or when either side cuts it.
+	DialPort(context.Context) *connect.BidiStreamForClient[workerpb.DialPortRequest, workerpb.DialPortResponse]
 }
 
 // NewGuestServiceClient constructs a client for the space.worker.v1.GuestService service. By
@@ -932,6 +945,18 @@ func NewGuestServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(guestServiceMethods.ByName("TarIn")),
 			connect.WithClientOptions(opts...),
 		),
+		listPorts: connect.NewClient[workerpb.ListPortsRequest, workerpb.ListPortsResponse](
+			httpClient,
+			baseURL+GuestServiceListPortsProcedure,
+			connect.WithSchema(guestServiceMethods.ByName("ListPorts")),
+			connect.WithClientOptions(opts...),
+		),
+		dialPort: connect.NewClient[workerpb.DialPortRequest, workerpb.DialPortResponse](
+			httpClient,
+			baseURL+GuestServiceDialPortProcedure,
+			connect.WithSchema(guestServiceMethods.ByName("DialPort")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -951,6 +976,8 @@ type guestServiceClient struct {
 	deleteFile    *connect.Client[workerpb.DeleteFileRequest, workerpb.DeleteFileResponse]
 	tarOut        *connect.Client[workerpb.TarOutRequest, workerpb.TarOutResponse]
 	tarIn         *connect.Client[workerpb.TarInRequest, workerpb.TarInResponse]
+	listPorts     *connect.Client[workerpb.ListPortsRequest, workerpb.ListPortsResponse]
+	dialPort      *connect.Client[workerpb.DialPortRequest, workerpb.DialPortResponse]
 }
 
 // StartProcess calls space.worker.v1.GuestService.StartProcess.
@@ -1023,6 +1050,16 @@ func (c *guestServiceClient) TarIn(ctx context.Context) *connect.ClientStreamFor
 	return c.tarIn.CallClientStream(ctx)
 }
 
+// ListPorts calls space.worker.v1.GuestService.ListPorts.
+func (c *guestServiceClient) ListPorts(ctx context.Context, req *connect.Request[workerpb.ListPortsRequest]) (*connect.Response[workerpb.ListPortsResponse], error) {
+	return c.listPorts.CallUnary(ctx, req)
+}
+
+// DialPort calls space.worker.v1.GuestService.DialPort.
+func (c *guestServiceClient) DialPort(ctx context.Context) *connect.BidiStreamForClient[workerpb.DialPortRequest, workerpb.DialPortResponse] {
+	return c.dialPort.CallBidiStream(ctx)
+}
+
 // GuestServiceHandler is an implementation of the space.worker.v1.GuestService service.
 type GuestServiceHandler interface {
 	StartProcess(context.Context, *connect.Request[workerpb.StartProcessRequest]) (*connect.Response[workerpb.StartProcessResponse], error)
@@ -1048,6 +1085,15 @@ type GuestServiceHandler interface {
 	TarOut(context.Context, *connect.Request[workerpb.TarOutRequest], *connect.ServerStream[workerpb.TarOutResponse]) error
 	// TarIn takes the directory first, then a tar archive in chunks.
 	TarIn(context.Context, *connect.ClientStream[workerpb.TarInRequest]) (*connect.Response[workerpb.TarInResponse], error)
+	// ListPorts lists the TCP ports listening in the guest.
+	ListPorts(context.Context, *connect.Request[workerpb.ListPortsRequest]) (*connect.Response[workerpb.ListPortsResponse], error)
+	// DialPort is one TCP connection to a port in the guest: the first
+	// request is the header (sandbox and port); the first response is Opened
+	// once the guest's server accepted (or the call fails with the dial's
+	// error); then bytes flow both ways in chunks, and close_write either way
+	// half-closes (nothing follows it that way). The call ends once both ways
+	// are closed, or when either side cuts it.
+	DialPort(context.Context, *connect.BidiStream[workerpb.DialPortRequest, workerpb.DialPortResponse]) error
 }
 
 // NewGuestServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1141,6 +1187,18 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(guestServiceMethods.ByName("TarIn")),
 		connect.WithHandlerOptions(opts...),
 	)
+	guestServiceListPortsHandler := connect.NewUnaryHandler(
+		GuestServiceListPortsProcedure,
+		svc.ListPorts,
+		connect.WithSchema(guestServiceMethods.ByName("ListPorts")),
+		connect.WithHandlerOptions(opts...),
+	)
+	guestServiceDialPortHandler := connect.NewBidiStreamHandler(
+		GuestServiceDialPortProcedure,
+		svc.DialPort,
+		connect.WithSchema(guestServiceMethods.ByName("DialPort")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/space.worker.v1.GuestService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GuestServiceStartProcessProcedure:
@@ -1171,6 +1229,10 @@ func NewGuestServiceHandler(svc GuestServiceHandler, opts ...connect.HandlerOpti
 			guestServiceTarOutHandler.ServeHTTP(w, r)
 		case GuestServiceTarInProcedure:
 			guestServiceTarInHandler.ServeHTTP(w, r)
+		case GuestServiceListPortsProcedure:
+			guestServiceListPortsHandler.ServeHTTP(w, r)
+		case GuestServiceDialPortProcedure:
+			guestServiceDialPortHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1234,4 +1296,12 @@ func (UnimplementedGuestServiceHandler) TarOut(context.Context, *connect.Request
 
 func (UnimplementedGuestServiceHandler) TarIn(context.Context, *connect.ClientStream[workerpb.TarInRequest]) (*connect.Response[workerpb.TarInResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.worker.v1.GuestService.TarIn is not implemented"))
+}
+
+func (UnimplementedGuestServiceHandler) ListPorts(context.Context, *connect.Request[workerpb.ListPortsRequest]) (*connect.Response[workerpb.ListPortsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("space.worker.v1.GuestService.ListPorts is not implemented"))
+}
+
+func (UnimplementedGuestServiceHandler) DialPort(context.Context, *connect.BidiStream[workerpb.DialPortRequest, workerpb.DialPortResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("space.worker.v1.GuestService.DialPort is not implemented"))
 }
