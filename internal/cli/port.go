@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/space-sandbox/space/internal/client"
 )
 
 // portList is `space port list ID`: what listens inside the sandbox.
@@ -63,7 +65,7 @@ func portURL(env *Env) *cobra.Command {
 		// The URL alone on the first line, so $(space port url … | head -1) works.
 		fmt.Fprintln(env.Stdout, u.URL)
 		if u.Token != "" {
-			fmt.Fprintf(env.Stdout, "token: %s (send it as X-Space-Port-Token, or open %s?space_token=%s once)\n", u.Token, u.URL, u.Token)
+			fmt.Fprintf(env.Stdout, "token: %s (send it as %s, or open %s once)\n", u.Token, client.PortTokenHeader, client.BrowserURL(u))
 		}
 		fmt.Fprintf(env.Stdout, "expires: %s\n", u.ExpiresAt.Local().Format(time.DateTime))
 		return nil

@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
@@ -33,4 +35,18 @@ func (c *Client) CreatePortURL(ctx context.Context, sandbox string, port int, pu
 	}
 	var out apiv1.PortURL
 	return &out, c.do(ctx, "POST", "/v1/sandboxes/"+esc(sandbox)+"/ports/"+strconv.Itoa(port)+"/urls", nil, req, &out, opts...)
+}
+
+// BrowserURL is a private URL with its token as ?space_token=: opened once,
+// the server trades it for an HttpOnly cookie of the URL's host and
+// redirects to the plain URL. A public URL is returned as it is.
+func BrowserURL(u *apiv1.PortURL) string {
+	if u.Token == "" {
+		return u.URL
+	}
+	sep := "?"
+	if strings.Contains(u.URL, "?") {
+		sep = "&"
+	}
+	return u.URL + sep + "space_token=" + url.QueryEscape(u.Token)
 }
