@@ -61,6 +61,10 @@ type Config struct {
 	// OpWait bounds how long a lifecycle call waits for its operation
 	// (default 10m); E2B's API is synchronous.
 	OpWait time.Duration
+	// PreviewDomain is spaced's --preview-domain, returned as create's and
+	// connect's domain (ports.go); Ports proxies port traffic (nil: 502).
+	PreviewDomain string
+	Ports         PortProxy
 }
 
 // Handler serves the E2B API and passes everything else to the /v1 handler.

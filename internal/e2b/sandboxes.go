@@ -36,6 +36,7 @@ type sandboxResponse struct {
 	EnvdVersion     string  `json:"envdVersion"`
 	EnvdAccessToken string  `json:"envdAccessToken"`
 	Domain          *string `json:"domain"`
+	portAccess
 }
 
 // sandboxDetail is GET /sandboxes/{id} and an item of the listings.
@@ -170,9 +171,15 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who call
 		h.writeErr(w, r, err)
 		return
 	}
+	traffic, domain, err := h.portFields(r, tenant, out.Sandbox.ID)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusCreated, sandboxResponse{
 		SandboxID: out.Sandbox.ID, TemplateID: out.Sandbox.Template, Alias: out.Sandbox.Template,
 		ClientID: clientID(out.Sandbox), EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+		Domain: domain, portAccess: portAccess{TrafficAccessToken: traffic},
 	})
 }
 
@@ -382,8 +389,14 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request, who cal
 		h.writeErr(w, r, err)
 		return
 	}
+	traffic, domain, err := h.portFields(r, tenant, id)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	writeJSON(w, status, sandboxResponse{
 		SandboxID: sb.ID, TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID(sb),
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, Domain: domain,
+		portAccess: portAccess{TrafficAccessToken: traffic},
 	})
 }
