@@ -87,7 +87,7 @@ func (h *Handler) authorizePort(r *http.Request, pt PortTraffic, id string, port
 		}
 		tenant, _, err := pt.AuthorizePort(r.Context(), id, port, tok)
 		if err != nil {
-			if errdefs.ClassOf(err) == errdefs.ErrUnauthenticated || errdefs.ClassOf(err) == errdefs.ErrNotFound {
+			if errdefs.ClassOf(err) == errdefs.ErrUnauthenticated {
 				return "", errorf(http.StatusUnauthorized, "invalid %s", HeaderTrafficToken)
 			}
 			return "", err
