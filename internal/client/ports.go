@@ -30,8 +30,7 @@ func (c *Client) CreatePortURL(ctx context.Context, sandbox string, port int, pu
 	}
 	req := apiv1.CreatePortURLRequest{Public: public}
 	if ttl > 0 {
-		secs := int((ttl + time.Second - 1) / time.Second)
-		req.TTLSeconds = &secs
+		req.TTLSeconds = int((ttl + time.Second - 1) / time.Second)
 	}
 	var out apiv1.PortURL
 	return &out, c.do(ctx, "POST", "/v1/sandboxes/"+esc(sandbox)+"/ports/"+strconv.Itoa(port)+"/urls", nil, req, &out, opts...)
