@@ -38,6 +38,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/coder/websocket v1.8.15
+
 require (
 	dario.cat/mergo v1.0.1 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect

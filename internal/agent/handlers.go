@@ -76,6 +76,9 @@ var handlers = map[agentproto.Op]handler{
 		}
 		return reply(st, nil, nil)
 	}),
+
+	agentproto.OpPortList: noArgs(func(*Agent) (agentproto.PortList, error) { return listPorts() }),
+	agentproto.OpPortDial: stream((*Agent).dialPort),
 }
 
 // none is the result of an operation that answers with no result.

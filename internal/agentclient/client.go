@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -41,6 +42,11 @@ type Client struct {
 	dialing  *dialCall // the dial in progress, if any
 	closed   bool
 	timeouts Timeouts
+
+	// ports counts the open port connections, under portsKey (see
+	// SetPortBudget); guarded by mu.
+	ports    *budget.Set
+	portsKey string
 
 	// onAbuse, if set, is told of every link dropped because the guest
 	// broke its bounds (OnLinkAbuse).

@@ -26,8 +26,9 @@ import (
 // Version is bumped on any change to the protocol. Version 2 added raw event
 // data (EventsRequest.Raw, see event.go); a version 2 host still reads the
 // events of a version 1 agent, so sandboxes suspended under an older agent
-// resume.
-const Version = 2
+// resume. Version 3 added the port operations (OpPortList, OpPortDial),
+// which an older agent refuses as unknown.
+const Version = 3
 
 // PortName is the virtio-serial port name the agent looks for under
 // /sys/class/virtio-ports/*/name.
@@ -87,6 +88,17 @@ const (
 	// OpFreeze / OpThaw quiesce the guest filesystems around a snapshot.
 	OpFreeze Op = "fs.freeze"
 	OpThaw   Op = "fs.thaw"
+
+	// OpPortList (no arguments) answers PortList: the TCP ports listening
+	// in the guest.
+	OpPortList Op = "port.list"
+	// OpPortDial (PortDialRequest) dials the port on the guest's loopback
+	// (127.0.0.1, then [::1]) and answers an empty Response (or an error:
+	// failed_precondition when nothing listens there); then the stream
+	// carries the connection's bytes raw both ways. Either side's
+	// half-close is the end of its direction (a TCP FIN in the guest);
+	// the agent closes the stream once both directions have ended.
+	OpPortDial Op = "port.dial"
 )
 
 // Request is the first frame on every stream.
@@ -314,4 +326,22 @@ type FileInfo struct {
 // DirList answers OpListDir.
 type DirList struct {
 	Entries []FileInfo `json:"entries"`
+}
+
+// ListeningPort is one TCP socket listening in the guest.
+type ListeningPort struct {
+	Port uint16 `json:"port"`
+	// Address is the listening address as the guest reports it, e.g.
+	// "0.0.0.0", "::", "127.0.0.1".
+	Address string `json:"address"`
+}
+
+// PortList answers OpPortList, sorted by port (then address).
+type PortList struct {
+	Ports []ListeningPort `json:"ports"`
+}
+
+// PortDialRequest names the guest TCP port OpPortDial connects to.
+type PortDialRequest struct {
+	Port uint16 `json:"port"`
 }

@@ -54,7 +54,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	var want []string
 	for p := range registered {
-		want = append(want, p)
+		want = append(want, strings.ReplaceAll(p, "...}", "}")) // a {name...} wildcard is the path parameter {name}
 	}
 	sort.Strings(served)
 	sort.Strings(want)

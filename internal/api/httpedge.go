@@ -27,7 +27,15 @@ import (
 // (ReadHeaderTimeout, BodyTimeout, IdleTimeout, MaxHeaderBytes). Serve it on
 // s.Listener(ln) so that Go's own rejects are JSON errors too.
 func (s *Server) HTTPServer(errorLog *log.Logger) *http.Server {
+	// HTTP/1.1 and HTTP/2 (over TLS by ALPN; in clear with prior
+	// knowledge, h2c, which costs nothing and serves h2 clients of preview
+	// hosts on a plain-HTTP listener).
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	protocols.SetUnencryptedHTTP2(true)
 	return &http.Server{
+		Protocols:         protocols,
 		Handler:           s,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		// The bound for a request no handler adjusts; base and uploadBody

@@ -23,6 +23,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/keylock"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/portproxy"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
@@ -67,6 +68,10 @@ type Config struct {
 	UploadIdleTimeout time.Duration // default 60s
 	IdleTimeout       time.Duration // keep-alive; default 2m
 	MaxHeaderBytes    int           // default 64 KiB
+
+	// Preview is where preview URLs live: requests whose Host is under
+	// Preview.Name go to the port proxy (default name "localhost").
+	Preview portproxy.Domain
 }
 
 func (c *Config) setDefaults() {
@@ -104,6 +109,9 @@ func (c *Config) setDefaults() {
 	defDur(&c.UploadIdleTimeout, time.Minute)
 	defDur(&c.IdleTimeout, 2*time.Minute)
 	def(&c.MaxHeaderBytes, 64<<10)
+	if c.Preview.Name == "" {
+		c.Preview.Name = "localhost"
+	}
 }
 
 // Deps are the parts the API drives.
@@ -144,6 +152,8 @@ type Server struct {
 	routes  []route
 	// svc is the control-plane domain the handlers call.
 	svc *sandbox.Service
+	// ports proxies to guest ports (preview hosts and the path form).
+	ports *portproxy.Proxy
 
 	// idemLocks serialises requests of one tenant with one idempotency key
 	// in this process, so a concurrent repeat waits for the first answer
@@ -186,12 +196,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	for typ, h := range s.svc.Handlers() {
 		s.ops.Register(typ, s.recorded(h))
 	}
+	s.ports = s.newPortProxy()
 	mux := http.NewServeMux()
 	for _, rt := range s.routeTable() {
 		s.routes = append(s.routes, rt)
 		mux.Handle(rt.pattern, s.wrapRoute(rt))
 	}
-	s.handler = s.base(mux)
+	s.handler = s.base(s.previewRouting(mux))
 	return s, nil
 }
 
@@ -212,10 +223,16 @@ type route struct {
 	auth    authLevel
 	limit   int64 // request body limit; 0 means MaxJSONBytes
 	h       handlerFunc
+	// proxy routes carry a guest's traffic: no idempotency, no body
+	// limit, the body read as long as it arrives (proxyPort).
+	proxy bool
 }
 
 func (s *Server) wrapRoute(rt route) http.Handler {
 	h := s.handle(rt.h)
+	if rt.proxy {
+		return s.authenticate(rt.auth, h)
+	}
 	if rt.pattern[:5] == "POST " && rt.auth != authNone {
 		h = s.idempotent(h)
 	}
@@ -233,7 +250,7 @@ func (s *Server) wrapRoute(rt route) http.Handler {
 
 func (s *Server) routeTable() []route {
 	up := s.cfg.MaxUploadBytes
-	return []route{
+	return append([]route{
 		{pattern: "GET /healthz", h: s.healthz},
 		{pattern: "GET /readyz", h: s.readyz},
 		{pattern: "GET /metrics", h: s.serveMetrics},
@@ -266,6 +283,9 @@ func (s *Server) routeTable() []route {
 		{pattern: "DELETE /v1/checkpoints/{ckpt}", auth: authTenant, h: s.deleteCheckpoint},
 		{pattern: "PUT /v1/sandboxes/{id}/network", auth: authTenant, h: s.putNetwork},
 		{pattern: "GET /v1/sandboxes/{id}/network/log", auth: authTenant, h: s.networkLog},
+		{pattern: "GET /v1/sandboxes/{id}/ports", auth: authTenant, h: s.listPorts},
+		{pattern: "POST /v1/sandboxes/{id}/ports/{port}/urls", auth: authTenant, h: s.createPortURL},
+		{pattern: "GET /v1/sandboxes/{id}/ports/log", auth: authTenant, h: s.portLog},
 
 		{pattern: "PUT /v1/secrets/{name}", auth: authTenant, h: s.putSecret},
 		{pattern: "GET /v1/secrets", auth: authTenant, h: s.listSecrets},
@@ -292,7 +312,22 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /v1/admin/tenants/{name}/keys", auth: authAdmin, h: s.createKey},
 		{pattern: "DELETE /v1/admin/keys/{id}", auth: authAdmin, h: s.deleteKey},
 		{pattern: "GET /v1/admin/workers", auth: authAdmin, h: s.listWorkers},
+	}, proxyRoutes(s.proxyPort)...)
+}
+
+// proxyMethods are the methods the path form of the port proxy takes (GET
+// includes HEAD).
+var proxyMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+// proxyPattern is the path form of the port proxy.
+const proxyPattern = "/v1/sandboxes/{id}/ports/{port}/proxy/{path...}"
+
+func proxyRoutes(h handlerFunc) []route {
+	var out []route
+	for _, m := range proxyMethods {
+		out = append(out, route{pattern: m + " " + proxyPattern, auth: authTenant, h: h, proxy: true})
 	}
+	return out
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {

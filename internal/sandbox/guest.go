@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"net"
 	"strings"
 	"unicode/utf8"
 
@@ -141,6 +142,16 @@ func (a guardedGuest) TarOut(ctx context.Context, path string) (io.ReadCloser, e
 
 func (a guardedGuest) TarIn(ctx context.Context, path string, r io.Reader) error {
 	return guestError(a.g.TarIn(ctx, path, r))
+}
+
+func (a guardedGuest) ListPorts(ctx context.Context) ([]agentproto.ListeningPort, error) {
+	ps, err := a.g.ListPorts(ctx)
+	return ps, guestError(err)
+}
+
+func (a guardedGuest) DialPort(ctx context.Context, port uint16) (net.Conn, error) {
+	c, err := a.g.DialPort(ctx, port)
+	return c, guestError(err)
 }
 
 type guardedEvents struct{ agentproto.EventStream }

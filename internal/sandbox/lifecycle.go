@@ -106,7 +106,9 @@ func (s *Service) runDelete(ctx context.Context, op *store.Operation, report ope
 	rule := RuleOf(Delete)
 	if sb.State == rule.To {
 		// Run again after its control replica was lost (take-over): that
-		// run got this far, the delete is done.
+		// run got this far, the delete is done (but for what it may not
+		// have forgotten yet).
+		s.forgetPorts(ctx, sb.ID)
 		return sb, nil
 	}
 	if sb.State != rule.During {
@@ -136,6 +138,7 @@ func (s *Service) runDelete(ctx context.Context, op *store.Operation, report ope
 	if err != nil {
 		return nil, err
 	}
+	s.forgetPorts(ctx, sb.ID)
 	log.Info("sandbox deleted")
 	return sb, nil
 }

@@ -68,6 +68,8 @@ type Service struct {
 	// templates builds templates; buildLogs keeps their logs.
 	templates TemplateDeps
 	buildLogs *buildLogs
+	// portLog is the port audit log (portlog.go).
+	portLog portLog
 }
 
 // New builds the service. Register its Handlers with the operation engine

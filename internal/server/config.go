@@ -21,6 +21,14 @@ type Config struct {
 	Listen string
 	// APITLSCertFile and APITLSKeyFile, when set, serve the API over TLS.
 	APITLSCertFile, APITLSKeyFile string
+	// PreviewDomain is where preview URLs live: a request whose Host is
+	// {port}-{sandbox_id}.PreviewDomain goes to that guest port
+	// (default localhost, which browsers and curl resolve to loopback).
+	// PreviewTLSCertFile and PreviewTLSKeyFile, when set, are a wildcard
+	// certificate for *.PreviewDomain the API's listener serves to clients
+	// naming a preview host (SNI), beside the API's own (needs the API's TLS).
+	PreviewDomain                         string
+	PreviewTLSCertFile, PreviewTLSKeyFile string
 	// MetricsListen, when set, is the address /metrics is served on
 	// instead of the API's: the API's port then answers it 404.
 	MetricsListen string

@@ -52,6 +52,9 @@ func (f *configFlags) registerAPI(fs *flag.FlagSet, storeHelp string) {
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address the API serves on")
 	fs.StringVar(&cfg.APITLSCertFile, "tls-cert-file", "", "PEM certificate: serve the API over TLS (with --tls-key-file)")
 	fs.StringVar(&cfg.APITLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	fs.StringVar(&cfg.PreviewDomain, "preview-domain", "localhost", "domain of preview URLs: {port}-{sandbox_id}.DOMAIN on this listener reaches that port in the sandbox")
+	fs.StringVar(&cfg.PreviewTLSCertFile, "preview-tls-cert", "", "PEM wildcard certificate for *.<preview-domain>, served by SNI beside --tls-cert-file (with --preview-tls-key)")
+	fs.StringVar(&cfg.PreviewTLSKeyFile, "preview-tls-key", "", "PEM private key of --preview-tls-cert")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "address /metrics is served on instead of the API's (empty: on the API's, unauthenticated)")
 	fs.StringVar(&cfg.Store, "store", os.Getenv(StoreEnv), storeHelp)
 	fs.Var(&f.sourceRoots, "template-source-root", "host directory template builds may read oci/rootfs paths from, besides <data-dir>/imports (repeatable)")
@@ -99,6 +102,11 @@ func (f *configFlags) finish(fs *flag.FlagSet) error {
 	}
 	if f.api && (cfg.APITLSCertFile == "") != (cfg.APITLSKeyFile == "") {
 		return fmt.Errorf("--tls-cert-file and --tls-key-file go together")
+	}
+	if f.api {
+		if err := cfg.checkPreview(); err != nil {
+			return err
+		}
 	}
 	if f.host {
 		if err := cfg.checkHost(); err != nil {

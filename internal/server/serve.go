@@ -13,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/operation"
+	"github.com/space-sandbox/space/internal/portproxy"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/worker"
@@ -49,7 +50,8 @@ func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Serv
 		defer cancel()
 		ops.Close(cctx)
 	})
-	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota}, api.Deps{
+	preview := portproxy.Domain{Name: cfg.PreviewDomain, TLS: cfg.APITLSCertFile != ""}
+	srv, err := api.New(api.Config{Features: cfg.Features, DefaultQuota: cfg.DefaultQuota, Preview: preview}, api.Deps{
 		Store: p.db, Ops: ops, Auth: p.auth, Worker: p.worker, Logger: log, Metrics: p.metrics, Secrets: p.secrets,
 		Templates: p.templates, Ready: p.ready,
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/space-sandbox/space/internal/agentclient"
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/budget"
@@ -69,6 +70,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		// A link dropped for abuse holds nothing to count at once: the
 		// budget series count it as exhausted{budget="agent_link"}.
 		ObserveLinkAbuse: budget.New("agent_link", 0, budgets).Exhausted,
+		PortConnections:  budget.New(agentclient.PortBudget, agentclient.MaxPortConnections, budgets),
 		Logger:           log,
 		Network:          nets.netns, Egress: nets.egress, Secrets: nets.secrets.Resolve,
 		PoolSize:     workerPoolSize(cfg.PoolSize),

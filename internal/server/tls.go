@@ -67,7 +67,17 @@ func apiTLS(cfg Config) (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API TLS: %w", err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	certs := []tls.Certificate{cert}
+	preview, err := previewCertificate(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if preview != nil {
+		// The first is the default; a client naming a preview host (SNI)
+		// gets the wildcard, which Go picks by the certificates' names.
+		certs = append(certs, *preview)
+	}
+	return &tls.Config{Certificates: certs, MinVersion: tls.VersionTLS12}, nil
 }
 
 func loadCAPool(path, flagName string) (*x509.CertPool, error) {

@@ -168,6 +168,17 @@ type Store interface {
 	// hash (ErrNotFound when the sandbox has no such token).
 	CreateEnvdToken(ctx context.Context, t *EnvdToken) error
 	GetEnvdToken(ctx context.Context, sandboxID, hash string) (*EnvdToken, error)
+
+	// Port URL records of a sandbox. CreatePortToken fills ID and
+	// CreatedAt when empty; a private record's Hash is unique within its
+	// sandbox (ErrConflict). GetPortTokenByHash finds a private record by
+	// its hash (ErrNotFound when the sandbox has none; expired ones are
+	// returned, the caller decides). ListPortTokens is oldest first.
+	// DeletePortTokens forgets every record of the sandbox (idempotent).
+	CreatePortToken(ctx context.Context, t *PortToken) error
+	GetPortTokenByHash(ctx context.Context, sandboxID, hash string) (*PortToken, error)
+	ListPortTokens(ctx context.Context, sandboxID string) ([]*PortToken, error)
+	DeletePortTokens(ctx context.Context, sandboxID string) error
 }
 
 // Page is one page of a listing. NextPageToken is empty on the last page.

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"io"
+	"net"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentproto"
@@ -53,6 +54,18 @@ type Guest interface {
 	// one under path.
 	TarOut(ctx context.Context, path string) (io.ReadCloser, error)
 	TarIn(ctx context.Context, path string, r io.Reader) error
+
+	// ListPorts lists the TCP ports listening in the guest (IPv4 and IPv6, one
+	// entry per port and address, sorted by port).
+	ListPorts(ctx context.Context) ([]agentproto.ListeningPort, error)
+	// DialPort opens a byte stream to 127.0.0.1:port inside the guest (then [::1])
+	// over the agent link, never the guest's network. ctx bounds the dial only.
+	// errdefs.ErrFailedPrecondition when nothing listens on the port;
+	// errdefs.ErrUnavailable when the link cannot be made; errdefs.ErrResourceExhausted
+	// when the sandbox's port-connection budget is spent; ErrInvalidArgument for port 0.
+	// The conn's deadlines work; Close ends both directions; it also implements
+	// CloseWrite() error (half-close: the guest server sees EOF, replies still flow).
+	DialPort(ctx context.Context, port uint16) (net.Conn, error)
 }
 
 // NetworkRecord is one entry of a sandbox's egress audit log: a connection,

@@ -58,6 +58,26 @@ func PrepareEnvdToken(t *store.EnvdToken) error {
 	return nil
 }
 
+// PreparePortToken checks t for CreatePortToken and fills the ID and
+// creation time a create may leave empty, as a read returns it. A public
+// record carries no hash, a private one must.
+func PreparePortToken(t *store.PortToken) error {
+	if t.SandboxID == "" || t.TenantID == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "port token sandbox and tenant are required")
+	}
+	if t.Public != (t.Hash == "") {
+		return errdefs.New(errdefs.ErrInvalidArgument, "a private port token needs a hash and a public one none")
+	}
+	if t.ID == "" {
+		t.ID = store.NewID(store.PrefixPortToken)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = Now()
+	}
+	t.CreatedAt, t.ExpiresAt = Norm(t.CreatedAt), NormPtr(t.ExpiresAt)
+	return nil
+}
+
 // PrepareOperation checks op for CreateOperation and fills the ID, state
 // (pending) and times a create may leave empty; a new operation has no lease
 // (only ClaimOperation takes one), as a read returns it.

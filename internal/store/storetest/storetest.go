@@ -51,6 +51,7 @@ func Run(t *testing.T, open Opener) {
 		{"Secrets", testSecrets},
 		{"Checkpoints", testCheckpoints},
 		{"EnvdTokens", testEnvdTokens},
+		{"PortTokens", testPortTokens},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

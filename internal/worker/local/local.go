@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agentclient"
+	"github.com/space-sandbox/space/internal/budget"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/keylock"
@@ -65,7 +66,12 @@ type Config struct {
 	// ObserveLinkAbuse, if set, is called each time a sandbox's agent link
 	// is dropped because its guest broke the link's bounds.
 	ObserveLinkAbuse func()
-	Logger           *slog.Logger
+	// PortConnections, if set, counts every sandbox's port connections
+	// (Guest.DialPort) under its id, with metrics; its limit should be
+	// agentclient.MaxPortConnections. Without it each sandbox's agent
+	// client counts its own, with that limit.
+	PortConnections *budget.Set
+	Logger          *slog.Logger
 	// Network and Egress, when both set, give every sandbox its own network
 	// namespace, a NIC and the egress path of its policy (network.go);
 	// without them sandboxes have no NIC and policies are refused.

@@ -313,6 +313,7 @@ func (w *Worker) restoreTemplate(ctx context.Context, sb *sandbox, snap string, 
 		}
 		// The pooled VM runs and its link is up: the sandbox takes both.
 		e.dial.set(sb.dialAgent)
+		w.countPorts(e.client, sb.spec.ID)
 		sb.mu.Lock()
 		old := sb.agent
 		sb.agent = e.client

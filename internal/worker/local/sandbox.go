@@ -68,7 +68,16 @@ func (w *Worker) newSandbox(spec worker.SandboxSpec, dir string) *sandbox {
 	sb := &sandbox{spec: spec, dir: dir}
 	sb.agent = agentclient.New(sb.dialAgent, w.log.With("sandbox", spec.ID))
 	sb.agent.OnLinkAbuse(w.cfg.ObserveLinkAbuse)
+	w.countPorts(sb.agent, spec.ID)
 	return sb
+}
+
+// countPorts has c count its port connections in the worker's budget, if
+// it has one.
+func (w *Worker) countPorts(c *agentclient.Client, sandboxID string) {
+	if w.cfg.PortConnections != nil {
+		c.SetPortBudget(w.cfg.PortConnections, sandboxID)
+	}
 }
 
 func (sb *sandbox) dialAgent(ctx context.Context) (net.Conn, error) {

@@ -3,10 +3,12 @@ package remote
 import (
 	"context"
 	"io"
+	"net"
 
 	"connectrpc.com/connect"
 
 	"github.com/space-sandbox/space/internal/agentproto"
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/workerpb"
 )
@@ -201,4 +203,16 @@ func (g *guest) TarOut(ctx context.Context, path string) (io.ReadCloser, error) 
 		return nil, protocolError("tar out", "the first message is not Opened")
 	}
 	return d, nil
+}
+
+// ListPorts is not yet forwarded over the worker protocol.
+// TODO(tunnelremote): placeholder until the protocol carries the port calls.
+func (g *guest) ListPorts(context.Context) ([]agentproto.ListeningPort, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "listing a sandbox's ports is not yet forwarded over the worker protocol")
+}
+
+// DialPort is not yet forwarded over the worker protocol.
+// TODO(tunnelremote): placeholder until the protocol carries the port calls.
+func (g *guest) DialPort(context.Context, uint16) (net.Conn, error) {
+	return nil, errdefs.New(errdefs.ErrUnavailable, "dialling a sandbox's port is not yet forwarded over the worker protocol")
 }
