@@ -41,7 +41,7 @@ try {
 
   const hdr = (extra) => ({ 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8080', ...extra });
   let r = await get('/', hdr({ 'E2B-Traffic-Access-Token': sbx.trafficAccessToken }));
-  check(r.status === 502 && r.body.includes('error'), `nothing listens yet: ${r.status} ${r.body.trim()}`);
+  check(r.status === 502 && r.body.includes('"code":502'), `nothing listens yet: ${r.status} ${r.body.trim()}`);
 
   await sbx.files.write('/home/user/www/index.html', 'hello from port 8080\n');
   await sbx.commands.run('busybox httpd -f -p 8080 -h /home/user/www', { ...opts, background: true });

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/internal/portproxy"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -61,10 +62,9 @@ type Config struct {
 	// OpWait bounds how long a lifecycle call waits for its operation
 	// (default 10m); E2B's API is synchronous.
 	OpWait time.Duration
-	// PreviewDomain is spaced's --preview-domain, returned as create's and
-	// connect's domain (ports.go); Ports proxies port traffic (nil: 502).
+	// PreviewDomain is spaced's --preview-domain: create's and connect's
+	// domain, and the preview hosts (ports.go); "" serves neither.
 	PreviewDomain string
-	Ports         PortProxy
 }
 
 // Handler serves the E2B API and passes everything else to the /v1 handler.
@@ -76,6 +76,8 @@ type Handler struct {
 	tokens    EnvdTokens
 	log       *slog.Logger
 	rest      *http.ServeMux
+	traffic   PortTraffic      // nil when the domain has no ports
+	ports     *portproxy.Proxy // E2B's port traffic (ports.go)
 }
 
 // EnvdTokens keeps the sandboxes' envd access tokens, by hash: the one
@@ -97,6 +99,7 @@ func New(cfg Config, v1 http.Handler, sandboxes Sandboxes, au Authenticator, tok
 	}
 	h := &Handler{cfg: cfg, v1: v1, sandboxes: sandboxes, auth: au, tokens: tokens, log: log}
 	h.rest = h.restMux()
+	h.ports = h.newPortProxy()
 	return h
 }
 
@@ -125,8 +128,12 @@ func isREST(path string) bool {
 	return false
 }
 
-// ServeHTTP routes by the sandbox header first, then by path.
+// ServeHTTP routes preview hosts first, then by the sandbox header,
+// then by path.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.previewHost(w, r) {
+		return
+	}
 	switch {
 	case r.Header.Get(HeaderSandboxID) != "":
 		h.serveEnvd(w, r)

@@ -5,8 +5,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/portproxy"
 )
 
 // E2B's port traffic: a request with E2b-Sandbox-Id and an E2b-Sandbox-Port
@@ -23,26 +25,64 @@ type portAccess struct {
 	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
-// PortTraffic is what port traffic needs of the domain (sandbox.Service);
-// the Handler finds it on its Sandboxes by type assertion.
+// PortTraffic is what port traffic needs of the domain (sandbox.Service,
+// found on the Handler's Sandboxes by type assertion): the proxy's calls
+// and the sandbox traffic token.
 type PortTraffic interface {
-	// SandboxTrafficToken is the sandbox's token for every one of its ports.
+	portproxy.Service
 	SandboxTrafficToken(ctx context.Context, tenant, sandboxID string) (string, error)
-	// AuthorizePort checks a token for (sandbox, port) and returns the
-	// sandbox's tenant.
-	AuthorizePort(ctx context.Context, sandboxID string, port uint16, token string) (tenant string, public bool, err error)
 }
 
-// PortProxy serves a request already authorised for (tenant, sandbox,
-// port) to that port inside the guest (portproxy's Handler).
-type PortProxy interface {
-	ServePort(w http.ResponseWriter, r *http.Request, tenant, sandboxID string, port uint16)
+// newPortProxy is the port proxy of E2B's traffic, answering errors in
+// E2B's shape; nil when the domain has no ports.
+func (h *Handler) newPortProxy() *portproxy.Proxy {
+	pt, ok := h.sandboxes.(PortTraffic)
+	if !ok {
+		return nil
+	}
+	h.traffic = pt
+	return portproxy.New(portproxy.Config{
+		Service: pt, Domain: h.cfg.PreviewDomain, Logger: h.log,
+		// Only Forward is used: this edge authorises the requests itself.
+		AuthenticateKey: func(context.Context, string) (string, string, error) {
+			return "", "", errdefs.New(errdefs.ErrUnauthenticated, "E2B port traffic is authorised by its tokens")
+		},
+		WriteError: func(w http.ResponseWriter, r *http.Request, status int, err error) {
+			if status == 0 {
+				h.writeErr(w, r, err)
+				return
+			}
+			_, msg, _ := errdefs.Render(err)
+			writeRESTError(w, status, "%s", msg)
+		},
+	})
 }
 
-// portTraffic is the domain's port abilities, or nil when it has none.
-func (h *Handler) portTraffic() PortTraffic {
-	pt, _ := h.sandboxes.(PortTraffic)
-	return pt
+// previewHost routes a request whose Host is a preview host
+// ({port}-{id}.{domain}, what the SDKs' getHost builds): envd's port is
+// envd, a request with E2B's credentials is port traffic, anything else
+// goes on to /v1's preview routing (the same proxy, SPACE's tokens). It
+// says false for any other Host.
+func (h *Handler) previewHost(w http.ResponseWriter, r *http.Request) bool {
+	if h.cfg.PreviewDomain == "" {
+		return false
+	}
+	port, id, ok, err := portproxy.ParseHost(r.Host, h.cfg.PreviewDomain)
+	switch {
+	case !ok:
+		return false
+	case err != nil:
+		h.v1.ServeHTTP(w, r) // /v1 answers the 400
+	case strconv.Itoa(int(port)) == EnvdPort:
+		r.Header.Set(HeaderSandboxID, id)
+		r.Header.Set(HeaderSandboxPort, EnvdPort)
+		h.serveEnvd(w, r)
+	case r.Header.Get(portproxy.TokenHeader) == "" && (r.Header.Get(HeaderTrafficToken) != "" || r.Header.Get(HeaderAccessToken) != ""):
+		h.servePort(w, r, id, strconv.Itoa(int(port)))
+	default:
+		h.v1.ServeHTTP(w, r)
+	}
+	return true
 }
 
 // parsePort reads a port header: a decimal 1-65535.
@@ -61,12 +101,11 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, portHead
 		writeRESTError(w, http.StatusBadRequest, "E2b-Sandbox-Port must be a port number from 1 to 65535")
 		return
 	}
-	pt := h.portTraffic()
-	if pt == nil || h.cfg.Ports == nil {
+	if h.ports == nil {
 		writeRESTError(w, http.StatusBadGateway, "port traffic is not served here")
 		return
 	}
-	tenant, err := h.authorizePort(r, pt, id, port)
+	target, err := h.authorizePort(r, id, port)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
@@ -75,44 +114,50 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, portHead
 	for _, k := range []string{HeaderSandboxID, HeaderSandboxPort, HeaderTrafficToken, HeaderAccessToken} {
 		r.Header.Del(k)
 	}
-	h.cfg.Ports.ServePort(w, r, tenant, id, port)
+	// A proxied exchange lasts as long as its parties keep it going (a
+	// WebSocket, a long upload): not the listener's whole-body bound.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	h.ports.Forward(w, r, target)
 }
 
-// authorizePort finds the tenant a port request acts for: the traffic
-// token's (checked by the domain), else the envd token's.
-func (h *Handler) authorizePort(r *http.Request, pt PortTraffic, id string, port uint16) (string, error) {
+// authorizePort finds whom a port request acts for: the traffic token's
+// tenant (checked by the domain), else the envd token's.
+func (h *Handler) authorizePort(r *http.Request, id string, port uint16) (portproxy.Target, error) {
+	t := portproxy.Target{Sandbox: id, Port: port}
 	if tok := r.Header.Get(HeaderTrafficToken); tok != "" {
 		if len(tok) > 256 {
-			return "", errorf(http.StatusUnauthorized, "invalid %s", HeaderTrafficToken)
+			return t, errorf(http.StatusUnauthorized, "invalid %s", HeaderTrafficToken)
 		}
-		tenant, _, err := pt.AuthorizePort(r.Context(), id, port, tok)
+		g, err := h.traffic.AuthorizePort(r.Context(), id, port, tok)
 		if err != nil {
 			if errdefs.ClassOf(err) == errdefs.ErrUnauthenticated {
-				return "", errorf(http.StatusUnauthorized, "invalid %s", HeaderTrafficToken)
+				return t, errorf(http.StatusUnauthorized, "invalid %s", HeaderTrafficToken)
 			}
-			return "", err
+			return t, err
 		}
-		return tenant, nil
+		t.Tenant, t.Via = g.Tenant, "token:"+g.TokenID
+		return t, nil
 	}
 	if r.Header.Get(HeaderAccessToken) != "" {
 		call, err := h.authorizeEnvd(r.Context(), r, id)
 		if err != nil {
-			return "", err
+			return t, err
 		}
-		return call.who.principal.TenantID, nil
+		t.Tenant, t.Via = call.who.principal.TenantID, "envd:"+id
+		return t, nil
 	}
-	return "", errorf(http.StatusUnauthorized, "port traffic needs %s (the sandbox's trafficAccessToken) or %s", HeaderTrafficToken, HeaderAccessToken)
+	return t, errorf(http.StatusUnauthorized, "port traffic needs %s (the sandbox's trafficAccessToken) or %s", HeaderTrafficToken, HeaderAccessToken)
 }
 
-// portFields are create's and connect's trafficAccessToken and domain: the
-// sandbox's traffic token, and the preview domain with the port the caller
-// reached this server on (so getHost(port) names this listener).
+// portFields are create's and connect's trafficAccessToken and domain: a
+// traffic token of the sandbox, and the preview domain with the port the
+// caller reached this listener on (so getHost(port) names this listener,
+// as the preview URLs do).
 func (h *Handler) portFields(r *http.Request, tenant, id string) (token string, domain *string, err error) {
-	pt := h.portTraffic()
-	if pt == nil {
+	if h.traffic == nil {
 		return "", nil, nil
 	}
-	if token, err = pt.SandboxTrafficToken(r.Context(), tenant, id); err != nil {
+	if token, err = h.traffic.SandboxTrafficToken(r.Context(), tenant, id); err != nil {
 		return "", nil, err
 	}
 	if h.cfg.PreviewDomain == "" {
