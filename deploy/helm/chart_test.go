@@ -220,6 +220,7 @@ ingress: {enabled: true, className: nginx, hosts: [{host: space.example.com}], t
 control:
   image: {digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111"}
   replicas: 3
+  previewDomain: preview.example.com
   features: [e2b]
   extraArgs: [--quota-sandboxes=50]
   extraVolumes: [{name: db-ca, configMap: {name: db-ca}}]

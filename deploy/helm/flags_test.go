@@ -43,6 +43,9 @@ func TestFlagsParse(t *testing.T) {
 			if cfg.Namespace != sandboxes || cfg.LeaderLease != namespace+"/space-control" || cfg.ObjectStore == "" {
 				t.Errorf("control: namespace %q leader lease %q object store %q", cfg.Namespace, cfg.LeaderLease, cfg.ObjectStore)
 			}
+			if want := map[string]string{"required values": "localhost", "other values": "preview.example.com"}[tc.name]; cfg.PreviewDomain != want {
+				t.Errorf("control: preview domain %q, want %q", cfg.PreviewDomain, want)
+			}
 			for _, f := range []string{cfg.WorkerTokenFile, cfg.AdminKeyFile} {
 				mounted(t, d.Spec.Template.Spec, c, f)
 			}

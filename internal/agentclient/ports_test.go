@@ -294,3 +294,33 @@ func TestListPortsIPv6(t *testing.T) {
 	}
 	t.Fatalf("ListPorts = %v; no %v", ports, want)
 }
+
+// Close ends both directions at once: a Read blocked on a server that says
+// nothing returns, and later calls fail net.ErrClosed.
+func TestDialPortCloseUnblocksRead(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t)
+	quiet := listenLoopback(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c); c.Close() })
+	conn, err := e.c.DialPort(ctx, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := conn.Read(make([]byte, 1))
+		read <- err
+	}()
+	// However far the Read got, Close must end it.
+	conn.Close()
+	select {
+	case err := <-read:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("blocked Read after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock a Read")
+	}
+	if _, err := conn.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Write after Close: %v, want net.ErrClosed", err)
+	}
+}

@@ -50,6 +50,21 @@ func (s *Server) previewRouting(next http.Handler) http.Handler {
 	})
 }
 
+// PreviewFirst sends requests whose Host is under the preview domain to
+// the API's own handler (which proxies them to the guest) before next sees
+// them: the front ends mounted around the API (the E2B API by path or
+// header, the control plane's internal routes) never take a guest's
+// request.
+func (s *Server) PreviewFirst(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.ports.Owns(r) {
+			s.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // proxyBody lets a proxied request's body take as long as it keeps
 // arriving (an upload), and a bodyless one (an upgrade, a stream) hold its
 // connection without the API's read deadline.

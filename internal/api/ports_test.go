@@ -494,3 +494,38 @@ func TestPortProxyPathForm(t *testing.T) {
 		t.Fatalf("port %d not listed: %s", g.port, b)
 	}
 }
+
+// HTTP/2 in clear (prior knowledge) on the API's own server reaches a
+// preview host, a streamed upload included.
+func TestPortProxyH2C(t *testing.T) {
+	e := newEnv(t, Config{})
+	g := startGuestServer(t)
+	sb := e.running(e.alice, nil)
+	u := e.portURL(e.aliceKey, sb.ID, g.port, `{}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := e.srv.HTTPServer(nil)
+	go hs.Serve(e.srv.Listener(ln))
+	t.Cleanup(func() { hs.Close() })
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Protocols: protocols,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, ln.Addr().String())
+		}}}
+	body := bytes.Repeat([]byte("h2"), 1<<20)
+	sum := sha256.Sum256(body)
+	req, _ := http.NewRequest("POST", fmt.Sprintf("http://%d-%s.localhost/upload", g.port, sb.ID), io.MultiReader(bytes.NewReader(body)))
+	req.Header.Set(portproxy.TokenHeader, u.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if want := fmt.Sprintf("%d %s", len(body), hex.EncodeToString(sum[:])); resp.Proto != "HTTP/2.0" || resp.StatusCode != 200 || string(b) != want {
+		t.Fatalf("h2c upload: %s %d %q", resp.Proto, resp.StatusCode, b)
+	}
+}

@@ -17,6 +17,9 @@ const (
 	TokenHeader = "X-Space-Port-Token"
 	TokenQuery  = "space_token"
 	TokenCookie = "space_token"
+	// E2BTokenHeader carries E2B's trafficAccessToken (a sandbox traffic
+	// token) on the same preview hosts, as E2B's SDKs send it.
+	E2BTokenHeader = "E2b-Traffic-Access-Token"
 )
 
 // ServeHTTP serves a request whose Host is a preview host: 400 when the
@@ -56,6 +59,9 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, sandboxID stri
 	fromQuery := q.Get(TokenQuery)
 	token := r.Header.Get(TokenHeader)
 	if token == "" {
+		token = r.Header.Get(E2BTokenHeader)
+	}
+	if token == "" {
 		token = fromQuery
 	}
 	if token == "" {
@@ -84,7 +90,7 @@ func (p *Proxy) authorize(w http.ResponseWriter, r *http.Request, sandboxID stri
 		return t, true
 	}
 	t.Tenant, t.Via = g.Tenant, via(g)
-	if fromQuery != "" && !g.Public {
+	if fromQuery != "" && token == fromQuery && !g.Public {
 		setTokenCookie(w, r, fromQuery, g)
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			http.Redirect(w, r, withoutToken(r.URL), http.StatusFound)
@@ -114,6 +120,7 @@ func via(g sandbox.PortGrant) string {
 // own Authorization passes).
 func stripAuth(r *http.Request) {
 	r.Header.Del(TokenHeader)
+	r.Header.Del(E2BTokenHeader)
 	if b, ok := auth.TokenFromHeader(r.Header.Get("Authorization")); ok && isKey(b) {
 		r.Header.Del("Authorization")
 	}

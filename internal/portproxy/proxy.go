@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,7 +156,10 @@ func (p *Proxy) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 func rewrite(pr *httputil.ProxyRequest) {
 	ex := pr.In.Context().Value(exchangeKey{}).(*exchange)
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ex.target.Port)))
+	// The transport keys connections by this host: one of the sandbox's
+	// own, so that no connection of one sandbox ever serves a request for
+	// another (the dial ignores it and asks DialPort).
+	pr.Out.URL.Host = net.JoinHostPort(strings.ReplaceAll(ex.target.Sandbox, "_", "-")+".guest", strconv.Itoa(int(ex.target.Port)))
 	pr.Out.Host = pr.In.Host
 	pr.SetXForwarded()
 }

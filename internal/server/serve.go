@@ -94,6 +94,9 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, db store.Store, 
 		defer stop()
 		hs.Handler = withoutMetrics(hs.Handler)
 	}
+	// A preview host's request is its guest's whatever its path or
+	// headers: none of the front ends above may take it.
+	hs.Handler = srv.PreviewFirst(hs.Handler)
 	ready(ln.Addr().String())
 	go func() {
 		l := srv.Listener(limitPerClient(ln, cfg.MaxConnsPerClient, log))
