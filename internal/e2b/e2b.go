@@ -62,8 +62,8 @@ type Config struct {
 	// OpWait bounds how long a lifecycle call waits for its operation
 	// (default 10m); E2B's API is synchronous.
 	OpWait time.Duration
-	// PreviewDomain is spaced's --preview-domain: create's and connect's
-	// domain, and the preview hosts (ports.go); "" serves neither.
+	// PreviewDomain is spaced's --preview-domain, create's and connect's
+	// domain (ports.go); "" answers none.
 	PreviewDomain string
 }
 
@@ -128,12 +128,8 @@ func isREST(path string) bool {
 	return false
 }
 
-// ServeHTTP routes preview hosts first, then by the sandbox header,
-// then by path.
+// ServeHTTP routes by the sandbox header first, then by path.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.previewHost(w, r) {
-		return
-	}
 	switch {
 	case r.Header.Get(HeaderSandboxID) != "":
 		h.serveEnvd(w, r)

@@ -15,10 +15,13 @@ import (
 // other than envd's goes to that port inside the guest, through the same
 // reverse proxy as SPACE's preview URLs (internal/portproxy), authorised by
 // the sandbox's traffic access token (what create and connect return as
-// trafficAccessToken) or by its envd access token.
+// trafficAccessToken) or by its envd access token. The host form getHost
+// builds, {port}-{id}.{domain}, never reaches this package: the server
+// sends preview hosts to the proxy before any front end (api.PreviewFirst),
+// which takes E2B's traffic token header there too.
 
 // HeaderTrafficToken carries E2B's trafficAccessToken.
-const HeaderTrafficToken = "E2b-Traffic-Access-Token"
+const HeaderTrafficToken = portproxy.E2BTokenHeader
 
 // portAccess is the part of create's and connect's answer for the ports.
 type portAccess struct {
@@ -56,33 +59,6 @@ func (h *Handler) newPortProxy() *portproxy.Proxy {
 			writeRESTError(w, status, "%s", msg)
 		},
 	})
-}
-
-// previewHost routes a request whose Host is a preview host
-// ({port}-{id}.{domain}, what the SDKs' getHost builds): envd's port is
-// envd, a request with E2B's credentials is port traffic, anything else
-// goes on to /v1's preview routing (the same proxy, SPACE's tokens). It
-// says false for any other Host.
-func (h *Handler) previewHost(w http.ResponseWriter, r *http.Request) bool {
-	if h.cfg.PreviewDomain == "" {
-		return false
-	}
-	port, id, ok, err := portproxy.ParseHost(r.Host, h.cfg.PreviewDomain)
-	switch {
-	case !ok:
-		return false
-	case err != nil:
-		h.v1.ServeHTTP(w, r) // /v1 answers the 400
-	case strconv.Itoa(int(port)) == EnvdPort:
-		r.Header.Set(HeaderSandboxID, id)
-		r.Header.Set(HeaderSandboxPort, EnvdPort)
-		h.serveEnvd(w, r)
-	case r.Header.Get(portproxy.TokenHeader) == "" && (r.Header.Get(HeaderTrafficToken) != "" || r.Header.Get(HeaderAccessToken) != ""):
-		h.servePort(w, r, id, strconv.Itoa(int(port)))
-	default:
-		h.v1.ServeHTTP(w, r)
-	}
-	return true
 }
 
 // parsePort reads a port header: a decimal 1-65535.

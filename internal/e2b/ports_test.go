@@ -16,8 +16,7 @@ import (
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
 
-// portSandbox is a sandbox id of the preview host form (ParseHost checks
-// the id's shape).
+// portSandbox is a sandbox id of the form store.NewID makes.
 const portSandbox = "sbx_0123456789abcdefghjkmnpqrs"
 
 // portDomain is fakeDomain with ports: one traffic token of portSandbox
@@ -66,49 +65,37 @@ func newEnvdTokenStore(t *testing.T, sandboxID, tenant, token string) *sqlite.St
 	return st
 }
 
-// TestPortTraffic: E2B's port traffic, by header and by host, reaches the
-// proxy only with the sandbox's traffic token or its envd token, for the
-// sandbox's tenant; a preview host's other requests go to /v1 (SPACE's
-// preview routing), never to E2B's REST API; envd's port on a preview host
-// is envd.
+// TestPortTraffic: E2B's header-routed port traffic reaches the proxy only
+// with the sandbox's traffic token or its envd token, for the sandbox's
+// tenant, and only for a port 1-65535.
 func TestPortTraffic(t *testing.T) {
 	v1 := &fakeV1{}
 	d := &portDomain{}
 	st := newEnvdTokenStore(t, portSandbox, "ten_a", "envd-token")
 	h := New(Config{PreviewDomain: "localhost"}, v1, d, fakeAuth{}, st, nil)
-	host := func(port string) string { return port + "-" + portSandbox + ".localhost:8080" }
 	for _, c := range []struct {
 		name       string
-		host, path string
+		path       string
 		hdr        map[string]string
 		wantStatus int
 		wantDial   string // the dial the request made ("": none)
 		wantV1     string // the /v1 path it reached ("": none)
 	}{
-		{"header, traffic token", "", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080", HeaderTrafficToken: "traffic-token"},
+		{"header, traffic token", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080", HeaderTrafficToken: "traffic-token"},
 			502, "ten_a " + portSandbox + " 8080", ""},
-		{"header, envd token", "", "/x", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "3000", HeaderAccessToken: "envd-token"},
+		{"header, envd token", "/x", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "3000", HeaderAccessToken: "envd-token"},
 			502, "ten_a " + portSandbox + " 3000", ""},
-		{"header, no token", "", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080"}, 401, "", ""},
-		{"header, wrong traffic token", "", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080", HeaderTrafficToken: "nope"}, 401, "", ""},
-		{"header, wrong envd token", "", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080", HeaderAccessToken: "nope"}, 401, "", ""},
-		{"header, unknown sandbox", "", "/", map[string]string{HeaderSandboxID: "sbx_a", HeaderSandboxPort: "8080", HeaderTrafficToken: "traffic-token"}, 404, "", ""},
-		{"header, port 0", "", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "0", HeaderTrafficToken: "traffic-token"}, 400, "", ""},
-		{"header, port 65536", "", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "65536", HeaderTrafficToken: "traffic-token"}, 400, "", ""},
-		{"header, port 08080", "", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "08080", HeaderTrafficToken: "traffic-token"}, 400, "", ""},
-		{"host, traffic token", host("8080"), "/sandboxes", map[string]string{HeaderTrafficToken: "traffic-token"}, 502, "ten_a " + portSandbox + " 8080", ""},
-		{"host, no E2B credentials: /v1's preview routing", host("8080"), "/sandboxes", nil, 299, "", "GET /sandboxes"},
-		{"host, a SPACE port token wins over E2B's", host("8080"), "/", map[string]string{"X-Space-Port-Token": "t", HeaderTrafficToken: "x"}, 299, "", "GET /"},
-		{"host of envd's port is envd", host(EnvdPort), "/files?path=/etc/hostname", map[string]string{HeaderAccessToken: "envd-token"}, 404, "", "GET /v1/sandboxes/" + portSandbox + "/files"},
-		{"host of envd's port needs the envd token", host(EnvdPort), "/files?path=/etc/hostname", nil, 401, "", ""},
-		{"another host is not a preview host", "api.example.com", "/sandboxes/sbx_a", nil, 401, "", ""},
+		{"header, no token", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080"}, 401, "", ""},
+		{"header, wrong traffic token", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080", HeaderTrafficToken: "nope"}, 401, "", ""},
+		{"header, wrong envd token", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "8080", HeaderAccessToken: "nope"}, 401, "", ""},
+		{"header, unknown sandbox", "/", map[string]string{HeaderSandboxID: "sbx_a", HeaderSandboxPort: "8080", HeaderTrafficToken: "traffic-token"}, 404, "", ""},
+		{"header, port 0", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "0", HeaderTrafficToken: "traffic-token"}, 400, "", ""},
+		{"header, port 65536", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "65536", HeaderTrafficToken: "traffic-token"}, 400, "", ""},
+		{"header, port 08080", "/", map[string]string{HeaderSandboxID: portSandbox, HeaderSandboxPort: "08080", HeaderTrafficToken: "traffic-token"}, 400, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d.dials, v1.paths = nil, nil
 			r := httptest.NewRequest("GET", c.path, nil)
-			if c.host != "" {
-				r.Host = c.host
-			}
 			for k, v := range c.hdr {
 				r.Header.Set(k, v)
 			}
