@@ -24,8 +24,8 @@ import (
 
 // mcpTools are the tools `space mcp` must offer, exactly.
 var mcpTools = []string{
-	"branch_sandbox", "checkpoint_sandbox", "create_sandbox", "delete_sandbox", "list_files", "list_sandboxes",
-	"pause_sandbox", "read_command_output", "read_file", "restore_sandbox", "run_command", "start_command",
+	"branch_sandbox", "checkpoint_sandbox", "create_sandbox", "delete_sandbox", "get_preview_url", "list_files",
+	"list_ports", "list_sandboxes", "pause_sandbox", "read_command_output", "read_file", "restore_sandbox", "run_command", "start_command",
 	"suspend_sandbox", "wake_sandbox", "write_file",
 }
 

@@ -17,8 +17,8 @@ for (const [k, v] of Object.entries({ SPACE_URL, SPACE_API_KEY, SPACE_BIN, SPACE
 const slow = { timeout: 600_000 };
 
 const TOOLS = [
-  "branch_sandbox", "checkpoint_sandbox", "create_sandbox", "delete_sandbox", "list_files", "list_sandboxes",
-  "pause_sandbox", "read_command_output", "read_file", "restore_sandbox", "run_command", "start_command",
+  "branch_sandbox", "checkpoint_sandbox", "create_sandbox", "delete_sandbox", "get_preview_url", "list_files",
+  "list_ports", "list_sandboxes", "pause_sandbox", "read_command_output", "read_file", "restore_sandbox", "run_command", "start_command",
   "suspend_sandbox", "wake_sandbox", "write_file",
 ];
 

@@ -135,6 +135,7 @@ func newRoot(env *Env) *cobra.Command {
 		execCmd(env),
 		group("files", "Move files in and out of a sandbox", filesPut(env), filesGet(env), filesLs(env)),
 		group("template", "Build and manage templates", templateBuild(env), templateList(env), templateGet(env), templateDelete(env)),
+		group("port", "Reach servers inside a sandbox: listening ports and preview URLs", portList(env), portURL(env)),
 		group("op", "Read and wait for operations", opGet(env, false), opGet(env, true)),
 		group("secret", "Store the tenant's secrets (write-only values)", secretSet(env), secretList(env), secretDelete(env)),
 		group("admin", "Tenants, keys and workers (admin key)",

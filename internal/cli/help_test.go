@@ -28,6 +28,7 @@ var commandPaths = []struct{ path, flag string }{
 	{"files", ""}, {"files put", "--mode"}, {"files get", "--tar"}, {"files ls", "--json"},
 	{"template", ""}, {"template build", "--from-oci"}, {"template list", "--json"}, {"template get", "--json"},
 	{"template delete", "--force"},
+	{"port", ""}, {"port list", "--json"}, {"port url", "--ttl"},
 	{"op", ""}, {"op get", "--json"}, {"op wait", "--json"},
 	{"secret", ""}, {"secret set", "--from-file"}, {"secret list", "--json"}, {"secret delete", "--json"},
 	{"admin", ""}, {"admin tenant", ""}, {"admin tenant create", "--json"}, {"admin tenant list", "--json"},
@@ -114,6 +115,10 @@ func TestUnknown(t *testing.T) {
 		{[]string{"admin", "tenant", "quota", "t"}, "give at least one of --sandboxes"},
 		{[]string{"admin", "tenant", "quota", "t", "--vcpus", "-1"}, "--vcpus must be 0 (unlimited) or more"},
 		{[]string{"admin", "key", "list"}, "want a tenant name"},
+		{[]string{"port", "url", "sbx_1"}, "want a sandbox ID and a port"},
+		{[]string{"port", "url", "sbx_1", "http"}, "PORT must be a number from 1 to 65535"},
+		{[]string{"port", "url", "sbx_1", "65536"}, "PORT must be a number from 1 to 65535"},
+		{[]string{"port", "url", "sbx_1", "80", "--ttl", "soon"}, "invalid argument"},
 		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},
 		{[]string{"help", "sandbox", "bogus"}, `unknown help topic "sandbox bogus"`},
 	} {

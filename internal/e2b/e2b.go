@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/internal/portproxy"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -67,6 +68,9 @@ type Config struct {
 	// Heartbeat is the silence after which a process stream sends a
 	// keepalive (default 15s, /v1's).
 	Heartbeat time.Duration
+	// PreviewDomain is spaced's --preview-domain, create's and connect's
+	// domain (ports.go); "" answers none.
+	PreviewDomain string
 }
 
 // Handler serves the E2B API and passes everything else (requests that are
@@ -79,6 +83,8 @@ type Handler struct {
 	tokens    EnvdTokens
 	log       *slog.Logger
 	rest      *http.ServeMux
+	traffic   PortTraffic      // nil when the domain has no ports
+	ports     *portproxy.Proxy // E2B's port traffic (ports.go)
 }
 
 // EnvdTokens keeps the sandboxes' envd access tokens, by hash: the one
@@ -106,6 +112,7 @@ func New(cfg Config, v1 http.Handler, sandboxes Sandboxes, au Authenticator, tok
 	}
 	h := &Handler{cfg: cfg, v1: v1, sandboxes: sandboxes, auth: au, tokens: tokens, log: log}
 	h.rest = h.restMux()
+	h.ports = h.newPortProxy()
 	return h
 }
 

@@ -61,7 +61,7 @@ func (c *envdCall) resolve(p string) string {
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(HeaderSandboxID)
 	if port := r.Header.Get(HeaderSandboxPort); port != "" && port != EnvdPort {
-		writeRESTError(w, http.StatusBadGateway, "nothing serves port %s of sandbox %q", port, id)
+		h.servePort(w, r, id, port)
 		return
 	}
 	if r.URL.Path == "/health" {

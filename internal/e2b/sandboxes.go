@@ -38,6 +38,7 @@ type sandboxResponse struct {
 	EnvdVersion     string  `json:"envdVersion"`
 	EnvdAccessToken string  `json:"envdAccessToken"`
 	Domain          *string `json:"domain"`
+	portAccess
 }
 
 // sandboxDetail is GET /sandboxes/{id} and an item of the listings.
@@ -175,10 +176,16 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request, who call
 		h.writeErr(w, r, err)
 		return
 	}
+	traffic, domain, err := h.portFields(r, p.TenantID, sb.ID)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	view := h.view(sb)
 	writeJSON(w, http.StatusCreated, sandboxResponse{
 		SandboxID: sb.ID, TemplateID: view.Template, Alias: view.Template,
 		ClientID: clientID(view), EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+		Domain: domain, portAccess: portAccess{TrafficAccessToken: traffic},
 	})
 }
 
@@ -393,8 +400,19 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request, who cal
 		h.writeErr(w, r, err)
 		return
 	}
+	p, err := h.principal(r.Context(), who)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	traffic, domain, err := h.portFields(r, p.TenantID, id)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	writeJSON(w, status, sandboxResponse{
 		SandboxID: sb.ID, TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID(sb),
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, Domain: domain,
+		portAccess: portAccess{TrafficAccessToken: traffic},
 	})
 }

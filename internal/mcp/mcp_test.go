@@ -131,6 +131,11 @@ func TestErrorsAreToolResults(t *testing.T) {
 		{"write_file", map[string]any{"sandbox_id": "sbx_x", "path": "/x", "content_base64": "!!"}, "content_base64"},
 		{"delete_sandbox", map[string]any{"sandbox_id": ""}, "sandbox_id is required"},
 		{"read_file", map[string]any{"sandbox_id": "sbx_x"}, "path"}, // schema: path is required
+		{"get_preview_url", map[string]any{"sandbox_id": "sbx_x", "port": 8080}, `not_found: sandbox "sbx_x" not found`},
+		{"get_preview_url", map[string]any{"sandbox_id": "sbx_x", "port": 0}, "port must be 1-65535"},
+		{"get_preview_url", map[string]any{"sandbox_id": "sbx_x", "port": 70000}, "port must be 1-65535"},
+		{"get_preview_url", map[string]any{"sandbox_id": "", "port": 80}, "sandbox_id is required"},
+		{"list_ports", map[string]any{"sandbox_id": "sbx_x"}, "not_found"},
 	} {
 		res, err := cs.CallTool(ctx, &mcpsdk.CallToolParams{Name: tc.tool, Arguments: tc.args})
 		if err != nil {
@@ -213,12 +218,13 @@ func TestToolSchemas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Tools) != 15 {
-		t.Errorf("%d tools, want 15", len(res.Tools))
+	if len(res.Tools) != 17 {
+		t.Errorf("%d tools, want 17", len(res.Tools))
 	}
 	destructive := map[string]bool{"delete_sandbox": true, "restore_sandbox": true, "write_file": true,
 		"run_command": true, "start_command": true}
-	readOnly := map[string]bool{"list_sandboxes": true, "read_file": true, "list_files": true, "read_command_output": true}
+	readOnly := map[string]bool{"list_sandboxes": true, "read_file": true, "list_files": true, "read_command_output": true,
+		"list_ports": true}
 	for _, tl := range res.Tools {
 		b, _ := json.Marshal(tl.InputSchema)
 		if tl.Description == "" || tl.OutputSchema == nil || tl.Annotations == nil || !strings.Contains(string(b), `"type":"object"`) {

@@ -79,12 +79,13 @@ func New(cfg Config) (*Server, error) {
 			Logger: cfg.Logger,
 			Instructions: "SPACE runs code in isolated microVM sandboxes. Create a sandbox with create_sandbox, " +
 				"run commands with run_command (or start_command and read_command_output for long work), move files " +
-				"with write_file/read_file/list_files, and delete the sandbox with delete_sandbox when done. " +
+				"with write_file/read_file/list_files, reach a server in the sandbox with get_preview_url, and delete the sandbox with delete_sandbox when done. " +
 				"Paths inside a sandbox are absolute.",
 		})
 	s.addSandboxTools()
 	s.addCommandTools()
 	s.addFileTools()
+	s.addPortTools()
 	return s, nil
 }
 

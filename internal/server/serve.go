@@ -87,7 +87,7 @@ func serveAPI(ctx context.Context, cfg Config, srv *api.Server, svc *sandbox.Ser
 	hs.TLSConfig = tlsConfig
 	apiHandler := hs.Handler
 	// The E2B-compatible API shares the listener; it passes /v1 through.
-	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet}, hs.Handler, svc, authn, db, log)
+	hs.Handler = e2b.New(e2b.Config{RefuseInternet: cfg.E2BRefuseInternet, PreviewDomain: cfg.PreviewDomain}, hs.Handler, svc, authn, db, log)
 	for _, mount := range mounts {
 		hs.Handler = mount(hs.Handler)
 	}

@@ -1,6 +1,6 @@
 """SPACE's Python SDK: sandboxes, commands, files, checkpoints, branches,
-network policy, templates and secrets over SPACE's HTTP API, with nothing
-but the standard library.
+network policy, ports (preview URLs), templates and secrets over SPACE's
+HTTP API, with nothing but the standard library.
 
     import space
 
@@ -14,12 +14,14 @@ from .errors import (Aborted, Cancelled, Conflict, DataLoss, DeadlineExceeded, E
                      InvalidArgument, NotFound, PayloadTooLarge, PermissionDenied, ResourceExhausted,
                      Unauthenticated, Unavailable)
 from .files import FileInfo, Files
+from .ports import Port, Ports, PortURL
 from .sandbox import Checkpoint, Sandbox
 
 __version__ = "1.0.0"
 
 __all__ = [
     "Client", "Sandboxes", "Sandbox", "Command", "Event", "Result", "Files", "FileInfo", "Checkpoint",
+    "Ports", "Port", "PortURL",
     "Templates", "Template", "Secrets", "Secret", "DEFAULT_URL",
     "Error", "InvalidArgument", "Unauthenticated", "PermissionDenied", "NotFound", "Conflict",
     "FailedPrecondition", "PayloadTooLarge", "ResourceExhausted", "Internal", "Unavailable", "DataLoss",

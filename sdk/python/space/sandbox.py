@@ -10,6 +10,7 @@ from ._ops import wait_operation
 from ._time import parse_time
 from .commands import Cmd, Command, OutputCallback, Result, command_body
 from .files import Files
+from .ports import Ports
 
 if TYPE_CHECKING:
     from .client import Sandboxes
@@ -49,6 +50,7 @@ class Sandbox:
         self._sandboxes = sandboxes
         self._t: Transport = sandboxes._t
         self.files = Files(self)
+        self.ports = Ports(self)
         self._set(data)
 
     def _set(self, data: Dict[str, Any]) -> None:

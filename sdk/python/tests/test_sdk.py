@@ -266,5 +266,81 @@ class CatalogTest(unittest.TestCase):
         sb.delete()
 
 
+def fetch(url, headers=None):
+    """GETs url through the SPACE server's own address (SPACE_URL) with the
+    URL's host as Host, so a preview domain need not resolve here; returns
+    (status, headers, body) without following redirects."""
+    import http.client
+    import urllib.parse
+    srv = urllib.parse.urlsplit(os.environ.get("SPACE_URL", space.DEFAULT_URL))
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(srv.hostname, srv.port, timeout=60)
+    try:
+        conn.request("GET", (u.path or "/") + ("?" + u.query if u.query else ""),
+                     headers={"Host": u.netloc, **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, resp.headers, resp.read()
+    finally:
+        conn.close()
+
+
+class PortsTest(unittest.TestCase):
+    """sb.ports against busybox httpd in the guest, through the preview proxy."""
+
+    def test_list_and_urls(self):
+        c = client()
+        with c.sandboxes.create(template="base", metadata={"suite": "sdk-ports", "run": RUN}) as sb:
+            self.assertEqual([p for p in sb.ports.list() if p.port == 8080], [])
+            sb.start("mkdir -p /root/www && echo hello-port > /root/www/index.html && "
+                     "exec busybox httpd -f -p 8080 -h /root/www")
+            deadline = time.monotonic() + 60
+            while not any(p.port == 8080 for p in sb.ports.list()):
+                self.assertLess(time.monotonic(), deadline, "httpd never listened on 8080")
+                time.sleep(0.2)
+            p = [p for p in sb.ports.list() if p.port == 8080][0]
+            self.assertEqual(p.protocol, "tcp")
+            self.assertTrue(p.address)
+
+            priv = sb.ports.url(8080, ttl_seconds=600)
+            self.assertFalse(priv.public)
+            self.assertTrue(priv.token)
+            self.assertIn(f"8080-{sb.id}.", priv.url)
+            self.assertIsNotNone(priv.expires_at)
+            status, _, body = fetch(priv.url, priv.headers)
+            self.assertEqual((status, body), (200, b"hello-port\n"))
+            status, _, _ = fetch(priv.url)
+            self.assertEqual(status, 401)
+            status, _, _ = fetch(priv.url, {space.ports.TOKEN_HEADER: "wrong-token"})
+            self.assertEqual(status, 401)
+            # The browser form trades the token for a cookie and redirects.
+            status, hdrs, _ = fetch(priv.browser_url)
+            self.assertIn(status, (302, 303, 307))
+            self.assertNotIn("space_token", hdrs.get("Location", ""))
+            cookie = hdrs.get("Set-Cookie", "")
+            self.assertIn("HttpOnly", cookie)
+            status, _, body = fetch(priv.url, {"Cookie": cookie.split(";", 1)[0]})
+            self.assertEqual((status, body), (200, b"hello-port\n"))
+
+            pub = sb.ports.url(8080, public=True)
+            self.assertTrue(pub.public)
+            self.assertEqual(pub.headers, {})
+            status, _, body = fetch(pub.url)
+            self.assertEqual((status, body), (200, b"hello-port\n"))
+
+            # Nothing listens on 8081: the proxy answers 502 with a JSON body.
+            idle = sb.ports.url(8081, public=True)
+            status, _, body = fetch(idle.url)
+            self.assertEqual(status, 502)
+            self.assertIn(b"error", body)
+
+            for bad in (0, 65536, -1, True):
+                with self.assertRaises(space.InvalidArgument):
+                    sb.ports.url(bad)
+            with self.assertRaises(space.InvalidArgument):
+                c._t.call("POST", f"/v1/sandboxes/{sb.id}/ports/0/urls", body={})
+        with self.assertRaises(space.NotFound):
+            space.Sandbox(c.sandboxes, {"id": "sbx_doesnotexist"}).ports.list()
+
+
 if __name__ == "__main__":
     unittest.main()
