@@ -35,31 +35,41 @@ func TestPortsThroughEachReplica(t *testing.T) {
 		}
 		return fmt.Errorf("8080 not listed yet: %+v", l.Ports)
 	})
+	// A public URL opens the port's preview host to anyone until it
+	// expires (private and public URLs of a port are the same host), so the
+	// private cases run before it exists.
 	var priv, pub apiv1.PortURL
 	if code := r1.do("POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/urls", map[string]any{}, &priv); code != http.StatusCreated || priv.Token == "" {
 		t.Fatalf("private URL: HTTP %d %+v", code, priv)
 	}
-	if code := r2.do("POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/urls", map[string]any{"public": true}, &pub); code != http.StatusCreated || pub.Token != "" {
-		t.Fatalf("public URL: HTTP %d %+v", code, pub)
+	type check struct {
+		what, url string
+		hdr       map[string]string
+		want      int
 	}
-	for i, r := range []*api{r1, r2} {
-		for _, tc := range []struct {
-			what, url string
-			hdr       map[string]string
-			want      int
-		}{
-			{"private URL with its token", priv.URL, map[string]string{"X-Space-Port-Token": priv.Token}, 200},
-			{"private URL without a token", priv.URL, nil, 401},
-			{"public URL", pub.URL, nil, 200},
-			{"path form with the API key", r.url + "/v1/sandboxes/" + sb.ID + "/ports/8080/proxy/index.html",
-				map[string]string{"Authorization": "Bearer " + r.key}, 200},
-		} {
-			status, body := getVia(t, r.url, tc.url, tc.hdr)
-			if status != tc.want || (tc.want == 200 && body != "cluster port\n") {
-				t.Errorf("replica %d, %s: HTTP %d %q, want %d", i, tc.what, status, body, tc.want)
+	run := func(cases func(r *api) []check) {
+		t.Helper()
+		for i, r := range []*api{r1, r2} {
+			for _, tc := range cases(r) {
+				status, body := getVia(t, r.url, tc.url, tc.hdr)
+				if status != tc.want || (tc.want == 200 && body != "cluster port\n") {
+					t.Errorf("replica %d, %s: HTTP %d %q, want %d", i, tc.what, status, body, tc.want)
+				}
 			}
 		}
 	}
+	run(func(r *api) []check {
+		return []check{
+			{"private URL with its token", priv.URL, map[string]string{"X-Space-Port-Token": priv.Token}, 200},
+			{"private URL without a token", priv.URL, nil, 401},
+			{"path form with the API key", r.url + "/v1/sandboxes/" + sb.ID + "/ports/8080/proxy/index.html",
+				map[string]string{"Authorization": "Bearer " + r.key}, 200},
+		}
+	})
+	if code := r2.do("POST", "/v1/sandboxes/"+sb.ID+"/ports/8080/urls", map[string]any{"public": true}, &pub); code != http.StatusCreated || pub.Token != "" {
+		t.Fatalf("public URL: HTTP %d %+v", code, pub)
+	}
+	run(func(*api) []check { return []check{{"public URL", pub.URL, nil, 200}} })
 }
 
 // getVia GETs target by connecting to the replica at base (whatever
