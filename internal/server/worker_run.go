@@ -44,14 +44,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger) (err err
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	token, created, err := remote.EnsureToken(cfg.TokenFile)
-	if err != nil {
-		return err
-	}
-	if created {
-		log.Info("worker protocol token created", "path", cfg.TokenFile)
-	}
-	tlsConfig, err := WorkerServerTLS(cfg)
+	token, tlsConfig, err := workerCredentials(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -121,14 +114,7 @@ func runSimulatedWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger)
 	if err := ensureDataDir(cfg.Config); err != nil {
 		return err
 	}
-	token, created, err := remote.EnsureToken(cfg.TokenFile)
-	if err != nil {
-		return err
-	}
-	if created {
-		log.Info("worker protocol token created", "path", cfg.TokenFile)
-	}
-	tlsConfig, err := WorkerServerTLS(cfg)
+	token, tlsConfig, err := workerCredentials(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -142,6 +128,21 @@ func runSimulatedWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger)
 		"kernel", "none (simulated)", "tls", tlsConfig != nil, "simulated", true)
 	cfg.Node.Simulated = true
 	return serveWorkerAndNode(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log}, cfg.Node)
+}
+
+// workerCredentials are what the worker protocol's server authenticates
+// with: its token (made on first start) and its TLS configuration (nil:
+// h2c).
+func workerCredentials(cfg WorkerConfig, log *slog.Logger) (remote.Token, *tls.Config, error) {
+	token, created, err := remote.EnsureToken(cfg.TokenFile)
+	if err != nil {
+		return token, nil, err
+	}
+	if created {
+		log.Info("worker protocol token created", "path", cfg.TokenFile)
+	}
+	tlsConfig, err := WorkerServerTLS(cfg)
+	return token, tlsConfig, err
 }
 
 // WorkerServing is how ServeWorker serves a worker.

@@ -2,13 +2,9 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,34 +12,11 @@ import (
 	"github.com/space-sandbox/space/internal/client"
 )
 
-var (
-	portServerOnce sync.Once
-	portServerPath string
-	portServerErr  error
-)
-
 // PortServerBinary builds internal/testenv/portserver (static, so it runs
 // in any template) once per test process and returns its path.
 func PortServerBinary(t testing.TB) string {
 	t.Helper()
-	portServerOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "space-portserver-")
-		if err != nil {
-			portServerErr = err
-			return
-		}
-		portServerPath = filepath.Join(dir, "portserver")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", portServerPath, "./internal/testenv/portserver")
-		cmd.Dir = ModuleRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			portServerErr = fmt.Errorf("build portserver: %v\n%s", err, out)
-		}
-	})
-	if portServerErr != nil {
-		t.Fatal(portServerErr)
-	}
-	return portServerPath
+	return StaticBinary(t, "./internal/testenv/portserver")
 }
 
 // PortServerGuestPath is where StartPortServer puts the binary in a guest.

@@ -95,33 +95,46 @@ func ModuleRoot(t testing.TB) string {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	agentPath string
-	buildErr  error
-)
-
 // AgentBinary builds cmd/space-agent (static) once per test process.
 func AgentBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "space-agent-")
+	return StaticBinary(t, "./cmd/space-agent")
+}
+
+// staticBuild is one package's static binary, built once per test process.
+type staticBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var staticBuilds sync.Map // package path → *staticBuild
+
+// StaticBinary builds the module's package pkg ("./cmd/space-agent") as a
+// static binary (CGO_ENABLED=0, so it runs in any guest) once per test
+// process and returns its path.
+func StaticBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	v, _ := staticBuilds.LoadOrStore(pkg, &staticBuild{})
+	b := v.(*staticBuild)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "space-"+filepath.Base(pkg)+"-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		agentPath = filepath.Join(dir, "space-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentPath, "./cmd/space-agent")
+		b.path = filepath.Join(dir, filepath.Base(pkg))
+		cmd := exec.Command("go", "build", "-trimpath", "-o", b.path, pkg)
 		cmd.Dir = ModuleRoot(t)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build space-agent: %v\n%s", err, out)
+			b.err = fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return agentPath
+	return b.path
 }
 
 // Artifacts are the guest boot artifacts.
