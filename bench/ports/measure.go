@@ -15,9 +15,10 @@ import (
 // smallBody is what the port server answers on /.
 const smallBody = "portserver\n"
 
-// measure fills every endpoint's series: the downloads, then the GETs on
-// fresh connections, then those on a kept-alive one, each round going over
-// every endpoint in turn. The downloads run on the kept-alive client too,
+// measure fills every endpoint's series: the downloads, then the small
+// GETs, each round going over every endpoint in turn (and a GET on a fresh
+// connection then one on the kept-alive one), so drifts in the machine's
+// load hit every series alike. The downloads run on the kept-alive client too,
 // after one warm-up GET (not counted); its dials are recorded (1 when the
 // connection lived through all of it).
 func measure(ctx context.Context, cfg config, eps []*endpoint) error {
@@ -56,10 +57,6 @@ func measure(ctx context.Context, cfg config, eps []*endpoint) error {
 			if err := smallGET(ctx, fresh[i], &ep.fresh); err != nil {
 				return err
 			}
-		}
-	}
-	for range cfg.requests {
-		for i, ep := range eps {
 			if err := smallGET(ctx, kept[i], &ep.kept); err != nil {
 				return err
 			}
