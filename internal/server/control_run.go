@@ -66,7 +66,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 		return err
 	}
 
-	kube, err := kubeClient(cfg.Kubeconfig)
+	kube, err := kubeClient(cfg.Kubeconfig, cfg.KubeRate)
 	if err != nil {
 		return err
 	}
