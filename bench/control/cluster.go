@@ -26,11 +26,11 @@ func startCluster(ctx context.Context, cfg config) (target, func(), error) {
 		addrs[i] = "127.0.0.1:0"
 	}
 	// Each worker holds its share of the sandboxes (and the warm-up and
-	// stragglers): its Pods count as many, at one vCPU and 256 MiB each.
+	// stragglers): its Pods count as many, at one vCPU and 256 MiB each (and the Pod overhead).
 	perWorker := cfg.room()/cfg.workers + 16
 	cl, err := devcluster.Start(ctx, devcluster.Options{
 		Dir: dir, Spaced: cfg.spaced, ControlAddrs: addrs, Workers: cfg.workers, SimulatedWorkers: true,
-		WorkerSandboxes: perWorker, WorkerVCPUs: perWorker, WorkerMemoryMiB: perWorker * 256,
+		WorkerSandboxes: perWorker, WorkerVCPUs: perWorker, WorkerMemoryMiB: perWorker * 512,
 		ControlArgs: append(cfg.quotaArgs(), strings.Fields(cfg.serverArgs)...),
 		WorkerArgs:  strings.Fields(cfg.workerArgs),
 		Progress:    os.Stderr,
