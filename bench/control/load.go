@@ -21,7 +21,8 @@ import (
 // bench drives one server's API.
 type bench struct {
 	cfg      config
-	c        *apiclient.Client
+	t        target
+	c        *apiclient.Client // the admin's, on the first replica
 	debugURL string
 	run      string // makes this run's idempotency keys its own
 
@@ -59,10 +60,18 @@ func (b *bench) setUp(ctx context.Context) error {
 	return nil
 }
 
-func newBench(cfg config, srv *apiclient.Server, debugURL string) *bench {
+func newBench(cfg config, t target) *bench {
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.clients * 2, MaxConnsPerHost: 0}
-	return &bench{cfg: cfg, debugURL: debugURL, run: strconv.FormatInt(time.Now().UnixNano(), 36),
-		c: &apiclient.Client{URL: srv.URL, Key: srv.Key, HTTP: &http.Client{Transport: tr, Timeout: time.Minute}}}
+	return &bench{cfg: cfg, t: t, debugURL: t.debugURL, run: strconv.FormatInt(time.Now().UnixNano(), 36),
+		c: &apiclient.Client{URL: t.urls[0], Key: t.key, HTTP: &http.Client{Transport: tr, Timeout: time.Minute}}}
+}
+
+// client is client n's: tenant n mod the tenants, on replica n ÷ the
+// tenants mod the replicas, so every tenant reaches every replica.
+func (b *bench) client(n int) *apiclient.Client {
+	c := *b.tenants[n%len(b.tenants)]
+	c.URL = b.t.urls[(n/len(b.tenants))%len(b.t.urls)]
+	return &c
 }
 
 // errTransient is a POST answer worth repeating with the same key: the
@@ -146,7 +155,7 @@ func (b *bench) creates(ctx context.Context) (createStats, time.Duration) {
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for n := range b.cfg.clients {
-		c := b.tenants[n%len(b.tenants)]
+		c := b.client(n)
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1))

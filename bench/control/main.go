@@ -13,11 +13,17 @@
 // It prints a table and, with -json, ends with one JSON object (API.md,
 // "Benchmarks that print figures"). -pprof FILE writes a CPU profile of
 // the server taken during the creates (`go tool pprof -top bin/spaced FILE`).
-// Only -mode single is built; the cluster variant (PostgreSQL, kube rig, K
-// simulated workers) is not yet.
+//
+// -mode cluster runs the same load against -replicas `spaced control`
+// replicas on PostgreSQL with a Kubernetes control plane and -workers
+// `spaced worker --simulate` nodes (internal/devcluster, the launcher of
+// `make cluster`; needs root and the kube rig's binaries): the clients
+// are spread over the replicas, every create a Pod kube-scheduler binds.
+// -server-args go to every replica, -worker-args to every worker.
 //
 //	go run ./bench/control -clients 32 -sandboxes 2000 -json
 //	go run ./bench/control -server-args '--simulate-create-latency 800ms:200ms'
+//	go run ./bench/control -mode cluster -replicas 2 -workers 2 -server-args '--operation-concurrency 64'
 package main
 
 import (
@@ -39,6 +45,7 @@ import (
 
 type config struct {
 	mode, spaced, serverArgs, pprof string
+	workerArgs                      string
 	clients, sandboxes, tenants     int
 	replicas, workers               int
 	reads, lists, pageSize          int
@@ -86,11 +93,13 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench/control", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "single", "single: one spaced with SQLite and the simulated worker (cluster: not built yet)")
+	fs.StringVar(&cfg.mode, "mode", "single", "single: one spaced with SQLite and the simulated worker; "+
+		"cluster: -replicas spaced control on PostgreSQL, kube-apiserver and kube-scheduler, -workers simulated spaced worker nodes")
 	fs.IntVar(&cfg.replicas, "replicas", 1, "control replicas (single: 1)")
 	fs.IntVar(&cfg.workers, "workers", 1, "simulated workers (single: 1)")
+	fs.StringVar(&cfg.workerArgs, "worker-args", "", "cluster: more spaced worker flags, space-separated (e.g. the --simulate-* knobs)")
 	fs.StringVar(&cfg.spaced, "spaced", "bin/spaced", "spaced binary to start")
-	fs.StringVar(&cfg.serverArgs, "server-args", "", "more spaced flags, space-separated (e.g. the --simulate-* knobs)")
+	fs.StringVar(&cfg.serverArgs, "server-args", "", "more spaced flags (cluster: spaced control flags), space-separated (e.g. the --simulate-* knobs, --operation-concurrency)")
 	fs.IntVar(&cfg.clients, "clients", 32, "concurrent clients")
 	fs.IntVar(&cfg.tenants, "tenants", 0, "tenants the clients are spread over, each with its own key (0: all as the admin's own tenant); "+
 		"the operation engine gives one tenant at most half its slots")
@@ -109,12 +118,14 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case fs.NArg() > 0:
 		return config{}, fmt.Errorf("unexpected arguments %v", fs.Args())
-	case cfg.mode == "cluster":
-		return config{}, fmt.Errorf("-mode cluster is not built yet: only -mode single runs")
-	case cfg.mode != "single":
-		return config{}, fmt.Errorf("-mode must be single, not %q", cfg.mode)
-	case cfg.replicas != 1 || cfg.workers != 1:
-		return config{}, fmt.Errorf("-mode single runs 1 replica and 1 worker; more need -mode cluster, not built yet")
+	case cfg.mode != "single" && cfg.mode != "cluster":
+		return config{}, fmt.Errorf("-mode must be single or cluster, not %q", cfg.mode)
+	case cfg.mode == "single" && (cfg.replicas != 1 || cfg.workers != 1):
+		return config{}, fmt.Errorf("-mode single runs 1 replica and 1 worker; more need -mode cluster")
+	case cfg.mode == "single" && cfg.workerArgs != "":
+		return config{}, fmt.Errorf("-worker-args is for -mode cluster; a single node takes -server-args")
+	case cfg.replicas < 1 || cfg.workers < 1:
+		return config{}, fmt.Errorf("-replicas and -workers must be positive")
 	case cfg.tenants < 0:
 		return config{}, fmt.Errorf("-tenants must be 0 or more")
 	case cfg.clients < 1 || cfg.sandboxes < 1 || cfg.reads < 1 || cfg.lists < 1 || cfg.pageSize < 1:
@@ -127,24 +138,69 @@ func parseFlags(args []string) (config, error) {
 
 var debugRE = regexp.MustCompile(`debug_listen=(\S+)`)
 
+// target is what the load runs against: the API's replicas, the admin's
+// key, the debug listener of the first replica (its memory), and the
+// figures' labels.
+type target struct {
+	urls             []string
+	key              string
+	debugURL         string
+	workers          int
+	store, describes string
+}
+
+// room is the quota every tenant gets: the run's sandboxes and more.
+func (cfg config) room() int { return cfg.sandboxes + cfg.clients + 10 }
+
+// quotaArgs are the API flags that let the run's creates through.
+func (cfg config) quotaArgs() []string {
+	room := strconv.Itoa(cfg.room())
+	return []string{"--debug-listen", "127.0.0.1:0", "--max-conns-per-client", "0",
+		"--quota-sandboxes", room, "--quota-vcpus", room, "--quota-memory-mib", strconv.Itoa(cfg.room() * 256)}
+}
+
 func run(cfg config, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.maxTime)
 	defer cancel()
-	room := strconv.Itoa(cfg.sandboxes + cfg.clients + 10)
-	args := []string{"--simulate", "--debug-listen", "127.0.0.1:0", "--max-conns-per-client", "0",
-		"--quota-sandboxes", room, "--quota-vcpus", room, "--quota-memory-mib", strconv.Itoa((cfg.sandboxes+cfg.clients+10)*256)}
-	srv, err := apiclient.StartServerProc(cfg.spaced, append(args, strings.Fields(cfg.serverArgs)...)...)
+	var t target
+	var stop func()
+	var err error
+	if cfg.mode == "cluster" {
+		t, stop, err = startCluster(ctx, cfg)
+	} else {
+		t, stop, err = startSingle(cfg)
+	}
 	if err != nil {
 		return err
 	}
-	defer srv.Stop()
-	logText, _ := os.ReadFile(srv.Log)
+	defer stop()
+	return newBench(cfg, t).measure(ctx, out)
+}
+
+// startSingle starts one simulated spaced on SQLite.
+func startSingle(cfg config) (target, func(), error) {
+	args := append([]string{"--simulate"}, cfg.quotaArgs()...)
+	srv, err := apiclient.StartServerProc(cfg.spaced, append(args, strings.Fields(cfg.serverArgs)...)...)
+	if err != nil {
+		return target{}, nil, err
+	}
+	debug, err := debugAddress(srv.Log)
+	if err != nil {
+		srv.Stop()
+		return target{}, nil, err
+	}
+	return target{urls: []string{srv.URL}, key: srv.Key, debugURL: debug, workers: 1, store: "sqlite",
+		describes: "single node, SQLite, simulated worker"}, srv.Stop, nil
+}
+
+// debugAddress is the debug listener's URL a spaced logged.
+func debugAddress(logPath string) (string, error) {
+	logText, _ := os.ReadFile(logPath)
 	m := debugRE.FindSubmatch(logText)
 	if m == nil {
-		return fmt.Errorf("spaced logged no debug address")
+		return "", fmt.Errorf("spaced logged no debug address (%s)", logPath)
 	}
-	b := newBench(cfg, srv, "http://"+string(m[1]))
-	return b.measure(ctx, out)
+	return "http://" + string(m[1]), nil
 }
 
 // measure runs the phases and reports them.
@@ -186,13 +242,13 @@ func (b *bench) measure(ctx context.Context, out io.Writer) error {
 		CreateP50Ms:      creates.latency.Median(), CreateP99Ms: stats.Percentile(creates.latency.Samples, 99),
 		GetP99Ms: stats.Percentile(get.Samples, 99), ListP99Ms: stats.Percentile(list.Samples, 99),
 		GetP50Ms: get.Median(), ListP50Ms: list.Median(),
-		LiveSandboxes: live, Replicas: 1, Workers: 1, Store: "sqlite", Mode: cfg.mode, Clients: cfg.clients, Tenants: len(b.tenants),
+		LiveSandboxes: live, Replicas: len(b.t.urls), Workers: b.t.workers, Store: b.t.store, Mode: cfg.mode, Clients: cfg.clients, Tenants: len(b.tenants),
 		CreateFailures: creates.failed, CreateRetries: creates.retries,
 		RSSMiB:               float64(rss1) / (1 << 20),
 		RSSMiBPer1kSandboxes: float64(int64(rss1)-int64(rss0)) / (1 << 20) / float64(live) * 1000,
 	}
-	fmt.Fprintf(out, "bench/control: single node, SQLite, simulated worker; %d clients of %d tenants, %d live sandboxes\n",
-		cfg.clients, len(b.tenants), live)
+	fmt.Fprintf(out, "bench/control: %s; %d clients of %d tenants, %d live sandboxes\n",
+		b.t.describes, cfg.clients, len(b.tenants), live)
 	stats.Print(out, creates.latency, get, list)
 	fmt.Fprintf(out, "creates: %.1f/s sustained to running (%d in %s), %d failed, %d retried\n",
 		r.CreatesPerSecond, len(creates.latency.Samples), elapsed.Round(time.Millisecond), creates.failed, creates.retries)

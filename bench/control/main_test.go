@@ -19,8 +19,12 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || cfg.clients != 4 || cfg.tenants != 2 || cfg.sandboxes != 9 || !cfg.json || cfg.serverArgs != "--simulate-seed 3" {
 		t.Errorf("parsed %+v, %v", cfg, err)
 	}
+	cfg, err = parseFlags([]string{"-mode", "cluster", "-replicas", "2", "-workers", "3", "-worker-args", "--simulate-seed 2"})
+	if err != nil || cfg.replicas != 2 || cfg.workers != 3 || cfg.workerArgs != "--simulate-seed 2" {
+		t.Errorf("cluster: parsed %+v, %v", cfg, err)
+	}
 	for _, bad := range [][]string{
-		{"-mode", "cluster"}, {"-mode", "x"}, {"-replicas", "2"}, {"-workers", "3"}, {"-clients", "0"}, {"-tenants", "-1"}, {"-lists", "0"}, {"-pprof-seconds", "0"}, {"extra"},
+		{"-mode", "x"}, {"-replicas", "2"}, {"-workers", "3"}, {"-worker-args", "--simulate-seed 2"}, {"-mode", "cluster", "-replicas", "0"}, {"-clients", "0"}, {"-tenants", "-1"}, {"-lists", "0"}, {"-pprof-seconds", "0"}, {"extra"},
 	} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%v) accepted", bad)

@@ -67,6 +67,12 @@ type Options struct {
 	NodeLease, NodeMonitorGracePeriod time.Duration
 	// Namespace of the sandbox Pods (k8s.DefaultNamespace when "").
 	Namespace string
+	// SimulatedWorkers runs the workers as `spaced worker --simulate`
+	// (docs/simulate.md): no VMs, so many sandboxes fit, for measuring the
+	// control plane. They get no --object-store, which a simulated worker
+	// refuses rather than accept a store it would never write (a drain
+	// then cannot move their sandboxes); the replicas keep theirs.
+	SimulatedWorkers bool
 	// ControlArgs and WorkerArgs are added to every control's and worker's
 	// command line (e.g. --accel tcg, --schedule-timeout 20s).
 	ControlArgs, WorkerArgs []string

@@ -42,10 +42,15 @@ func (c *Cluster) startWorker(ctx context.Context, i int) error {
 		// Without them it would run on the host's defaults (its data dir).
 		return fmt.Errorf("%s worker has no %s (or its -h no longer lists them)", c.opts.Spaced, strings.Join(lacks, ", "))
 	}
-	// Object storage arrives with the suspend/wake and artifacts work:
-	// passed once the worker has the flags.
-	args, missing := withFlags(args, c.workerFlags,
-		"object-store", c.Info.S3, "object-store-credentials-file", c.Info.S3CredentialsFile)
+	var missing []string
+	if c.opts.SimulatedWorkers {
+		args = append(args, "--simulate")
+	} else {
+		// Object storage arrives with the suspend/wake and artifacts work:
+		// passed once the worker has the flags.
+		args, missing = withFlags(args, c.workerFlags,
+			"object-store", c.Info.S3, "object-store-credentials-file", c.Info.S3CredentialsFile)
+	}
 	if len(c.opts.ControlAddrs) > 0 {
 		// Every replica, tried in turn: the egress proxy's secrets still
 		// resolve while one of them is down.

@@ -43,7 +43,8 @@ type Handler func(ctx context.Context, op *store.Operation, report ProgressFunc)
 type Config struct {
 	Store  store.Store
 	Logger *slog.Logger
-	// Concurrency bounds how many handlers run at once (default 8).
+	// Concurrency bounds how many handlers run at once (default
+	// DefaultConcurrency).
 	Concurrency int
 	// TenantShare bounds how many of those one tenant's operations hold at
 	// once (slots.go), so one tenant flooding operations cannot starve
@@ -71,6 +72,11 @@ type Config struct {
 	// the next take-over to do again: TakenOver must be idempotent.
 	TakenOver func(ctx context.Context, op *store.Operation) (rerun bool)
 }
+
+// DefaultConcurrency is Config.Concurrency's default: each slot is one
+// lifecycle call in flight to a worker, which on a real host is a VM
+// booting, restoring or snapshotting, so a few keep a small host busy.
+const DefaultConcurrency = 8
 
 // cancelGrace is how long Close waits for cancelled handlers to return.
 const cancelGrace = 5 * time.Second
@@ -105,7 +111,7 @@ type Engine struct {
 // call Recover before submitting the first one after a start.
 func New(cfg Config) *Engine {
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 8
+		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.TenantShare <= 0 {
 		cfg.TenantShare = max(cfg.Concurrency/2, 1)

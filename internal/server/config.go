@@ -80,6 +80,11 @@ type Config struct {
 	LogFormat         string // text|json
 	LogLevel          string // debug|info|warn|error
 
+	// OperationConcurrency is how many operations' handlers run at once
+	// (operation.Config.Concurrency), and OperationTenantShare how many of
+	// those one tenant's hold (0: half of them).
+	OperationConcurrency, OperationTenantShare int
+
 	// MaxConnsPerClient bounds the connections one remote IP holds open
 	// (0: no bound).
 	MaxConnsPerClient int

@@ -10,6 +10,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/guest"
+	"github.com/space-sandbox/space/internal/operation"
 	"github.com/space-sandbox/space/internal/worker/local"
 )
 
@@ -62,6 +63,10 @@ func (f *configFlags) registerAPI(fs *flag.FlagSet, storeHelp string) {
 	fs.IntVar(&cfg.DefaultQuota.MaxSandboxes, "quota-sandboxes", 20, "default per-tenant limit on live sandboxes")
 	fs.IntVar(&cfg.DefaultQuota.MaxVCPUs, "quota-vcpus", 32, "default per-tenant limit on vCPUs of live sandboxes")
 	fs.IntVar(&cfg.DefaultQuota.MaxMemoryMiB, "quota-memory-mib", 32768, "default per-tenant limit on memory of live sandboxes")
+	fs.IntVar(&cfg.OperationConcurrency, "operation-concurrency", operation.DefaultConcurrency,
+		"operations (creates, deletes, suspends, wakes, …) run at once by this process; each is a VM operation in flight on a worker, so more than a host's cores slows each one rather than finishing more")
+	fs.IntVar(&cfg.OperationTenantShare, "operation-tenant-share", 0,
+		"how many of --operation-concurrency one tenant's operations hold at once, so one tenant cannot starve another (0: half of them, at least 1)")
 	fs.IntVar(&cfg.MaxConnsPerClient, "max-conns-per-client", DefaultMaxConnsPerClient,
 		"open connections one client (remote IP) may hold; more are closed at once (0: no bound; behind a proxy every client is the proxy)")
 	fs.BoolVar(&cfg.E2BRefuseInternet, "e2b-refuse-internet", false, "refuse E2B creates with allow_internet_access: true (403); SPACE's own API is unaffected")
@@ -108,6 +113,9 @@ func (f *configFlags) finish(fs *flag.FlagSet) error {
 		if err := cfg.checkPreview(); err != nil {
 			return err
 		}
+		if err := cfg.checkOperations(); err != nil {
+			return err
+		}
 	}
 	if f.host {
 		if err := cfg.checkHost(); err != nil {
@@ -136,6 +144,19 @@ func (f *configFlags) finish(fs *flag.FlagSet) error {
 	}
 	cfg.DataDir, err = filepath.Abs(cfg.DataDir)
 	return err
+}
+
+// checkOperations validates the operation engine's flags.
+func (cfg *Config) checkOperations() error {
+	switch {
+	case cfg.OperationConcurrency < 1:
+		return fmt.Errorf("--operation-concurrency must be 1 or more, not %d", cfg.OperationConcurrency)
+	case cfg.OperationTenantShare < 0:
+		return fmt.Errorf("--operation-tenant-share must be 0 (half of --operation-concurrency) or more, not %d", cfg.OperationTenantShare)
+	case cfg.OperationTenantShare > cfg.OperationConcurrency:
+		return fmt.Errorf("--operation-tenant-share %d must not exceed --operation-concurrency %d", cfg.OperationTenantShare, cfg.OperationConcurrency)
+	}
+	return nil
 }
 
 // checkHost validates the VM host's flags.

@@ -22,7 +22,8 @@ func TestSharedFlagGroups(t *testing.T) {
 	}
 	control := []string{"--store", "postgres://u@db/space", "--worker-token-file", "t", "--admin-key-file", "a"}
 	every := []string{"--data-dir", "rel", "--feature", "x", "--feature", "y", "--log-level", "debug"}
-	api := []string{"--template-registry-allow", "reg:5000, 10.0.0.5", "--template-source-root", "src", "--quota-vcpus", "7"}
+	api := []string{"--template-registry-allow", "reg:5000, 10.0.0.5", "--template-source-root", "src", "--quota-vcpus", "7",
+		"--operation-concurrency", "64", "--operation-tenant-share", "16"}
 	host := []string{"--egress-ca-file", "ca.pem", "--pool-size", "3", "--accel", "tcg", "--wake-pool-size", "2", "--wake-pool-memory-mib", "1024",
 		"--egress-allow-private", "10.20.0.0/16, 192.168.7.7", "--egress-allow-private", "fd00:1::/64", "--egress-deny", "10.20.96.0/20,10.20.128.0/20"}
 	wantEvery := func(role string, cfg Config) {
@@ -36,6 +37,9 @@ func TestSharedFlagGroups(t *testing.T) {
 		if !slices.Equal(cfg.TemplateRegistryAllow, []string{"reg:5000", "10.0.0.5"}) ||
 			!slices.Equal(cfg.TemplateSourceRoots, []string{filepath.Join(wd, "src")}) || cfg.DefaultQuota.MaxVCPUs != 7 {
 			t.Errorf("%s: API flags: registries %q, source roots %q, vCPU quota %d", role, cfg.TemplateRegistryAllow, cfg.TemplateSourceRoots, cfg.DefaultQuota.MaxVCPUs)
+		}
+		if cfg.OperationConcurrency != 64 || cfg.OperationTenantShare != 16 {
+			t.Errorf("%s: operation flags: concurrency %d, tenant share %d", role, cfg.OperationConcurrency, cfg.OperationTenantShare)
 		}
 	}
 	wantHost := func(role string, cfg Config) {
@@ -79,6 +83,20 @@ func TestSharedFlagGroups(t *testing.T) {
 	}
 	if _, err := ParseWorkerFlags([]string{"--quota-vcpus", "7"}); err == nil || !strings.Contains(err.Error(), "quota-vcpus") {
 		t.Errorf("worker took an API flag: %v", err)
+	}
+	if _, err := ParseWorkerFlags([]string{"--operation-concurrency", "64"}); err == nil || !strings.Contains(err.Error(), "operation-concurrency") {
+		t.Errorf("worker took an API flag: %v", err)
+	}
+	for role, parse := range map[string]func([]string) error{
+		"single node": func(a []string) error { _, err := ParseFlags(a); return err },
+		"control":     func(a []string) error { _, err := ParseControlFlags(slices.Concat(control, a)); return err },
+	} {
+		for _, bad := range [][]string{{"--operation-concurrency", "0"}, {"--operation-tenant-share", "-1"},
+			{"--operation-tenant-share", "9", "--operation-concurrency", "8"}} {
+			if err := parse(bad); err == nil || !strings.Contains(err.Error(), bad[0]) {
+				t.Errorf("%s: %v: %v", role, bad, err)
+			}
+		}
 	}
 	for role, parse := range map[string]func([]string) error{
 		"single node": func(a []string) error { _, err := ParseFlags(a); return err },

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,9 +22,46 @@ import (
 // kubeClientset is the Kubernetes API the control plane uses.
 type kubeClientset = kubernetes.Interface
 
+// KubeRate bounds the requests a process sends the Kubernetes API: QPS
+// a second on average, Burst at once. client-go's own default when none
+// is set is 5 and 10, which a control replica creating a Pod per sandbox
+// reaches at 5 creates a second; the API server protects itself with its
+// priority and fairness, so these only keep one process from flooding it.
+type KubeRate struct {
+	QPS   float64
+	Burst int
+}
+
+// Defaults of the replicas' and the workers' rates (--kube-qps, --kube-burst).
+var (
+	DefaultControlKubeRate = KubeRate{QPS: 200, Burst: 400}
+	DefaultWorkerKubeRate  = KubeRate{QPS: 50, Burst: 100}
+)
+
+// registerKubeRateFlags adds --kube-qps and --kube-burst, their defaults def.
+func registerKubeRateFlags(fs *flag.FlagSet, r *KubeRate, def KubeRate) {
+	*r = def
+	fs.Float64Var(&r.QPS, "kube-qps", def.QPS, "requests a second this process sends the Kubernetes API on average (Pods, their status, Leases)")
+	fs.IntVar(&r.Burst, "kube-burst", def.Burst, "requests this process may send the Kubernetes API at once, above --kube-qps")
+}
+
+func (r KubeRate) validate() error {
+	if r.QPS <= 0 || r.Burst < 1 {
+		return fmt.Errorf("--kube-qps (%g) and --kube-burst (%d) must be positive", r.QPS, r.Burst)
+	}
+	return nil
+}
+
+// apply sets rc's client-side rate (a zero rate keeps client-go's default).
+func (r KubeRate) apply(rc *rest.Config) {
+	if r.QPS > 0 {
+		rc.QPS, rc.Burst = float32(r.QPS), r.Burst
+	}
+}
+
 // kubeClient is a client of the cluster: from the kubeconfig file, or the
 // in-cluster config (the Pod's ServiceAccount) when path is empty.
-func kubeClient(path string) (kubeClientset, error) {
+func kubeClient(path string, rate KubeRate) (kubeClientset, error) {
 	var rc *rest.Config
 	var err error
 	if path == "" {
@@ -34,6 +72,7 @@ func kubeClient(path string) (kubeClientset, error) {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	rc.UserAgent = "spaced-control"
+	rate.apply(rc)
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

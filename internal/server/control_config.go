@@ -23,6 +23,8 @@ type ControlConfig struct {
 	Kubeconfig string
 	// Namespace holds the sandbox Pods.
 	Namespace string
+	// KubeRate bounds this replica's requests to the Kubernetes API.
+	KubeRate KubeRate
 	// WorkerTokenFile holds the worker protocol's token (required).
 	WorkerTokenFile string
 	// WorkerCAFile, when set, is the PEM CA the workers' TLS certificates
@@ -80,6 +82,7 @@ func ParseControlFlags(args []string) (ControlConfig, error) {
 	flags.registerAPI(fs, "the PostgreSQL database the replicas share: a postgres:// or postgresql:// URL (default $"+StoreEnv+")")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster config)")
 	fs.StringVar(&cfg.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
+	registerKubeRateFlags(fs, &cfg.KubeRate, DefaultControlKubeRate)
 	fs.StringVar(&cfg.WorkerTokenFile, "worker-token-file", "", "file holding the worker protocol's token (required)")
 	fs.StringVar(&cfg.WorkerCAFile, "worker-ca-file", "", "PEM CA of the workers' TLS certificates: reach workers over TLS")
 	fs.StringVar(&cfg.WorkerServerName, "worker-server-name", "", "name the workers' TLS certificates hold, checked instead of the address dialled (with --worker-ca-file)")
@@ -130,6 +133,11 @@ func (cfg ControlConfig) check() error {
 	}
 	if err := cfg.Drain.validate(); err != nil {
 		return err
+	}
+	if cfg.KubeRate != (KubeRate{}) { // a config built in Go may leave it to client-go
+		if err := cfg.KubeRate.validate(); err != nil {
+			return err
+		}
 	}
 	if _, _, err := splitLease(cfg.LeaderLease); err != nil {
 		return err

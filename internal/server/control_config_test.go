@@ -17,6 +17,9 @@ func TestParseControlFlags(t *testing.T) {
 		cfg.ScheduleTimeout != 30*time.Second || cfg.Kubeconfig != "" || cfg.SecretsKeyFile != "" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
+	if cfg.KubeRate != DefaultControlKubeRate {
+		t.Errorf("Kubernetes rate %+v, want the default %+v (client-go's own is 5 a second)", cfg.KubeRate, DefaultControlKubeRate)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -30,6 +33,8 @@ func TestParseControlFlags(t *testing.T) {
 		{append(base, "--pod-toleration-seconds", "-1"), "negative"},
 		{append(base, "--object-store", "s3://bucket"), "--object-store"},
 		{append(base, "extra"), "unexpected arguments"},
+		{append(base, "--kube-qps", "0"), "--kube-qps"},
+		{append(base, "--kube-burst", "0"), "--kube-burst"},
 	} {
 		_, err := ParseControlFlags(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -66,7 +66,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 		return err
 	}
 
-	kube, err := kubeClient(cfg.Kubeconfig)
+	kube, err := kubeClient(cfg.Kubeconfig, cfg.KubeRate)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func RunControl(ctx context.Context, cfg ControlConfig, log *slog.Logger) error 
 	}
 	return serveAPI(ctx, cfg.Config, srv, svc, authn, db, log, func(addr string) {
 		log.Info("spaced control serving", "listen", addr, "namespace", cfg.Namespace, "leader_lease", cfg.LeaderLease,
-			"features", strings.Join(cfg.Features, ","))
+			"features", strings.Join(cfg.Features, ","), "operation_concurrency", cfg.OperationConcurrency, "operation_tenant_share", cfg.OperationTenantShare)
 		if cfg.Serving != nil {
 			cfg.Serving(addr)
 		}

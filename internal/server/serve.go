@@ -46,7 +46,7 @@ type apiParts struct {
 // process ends. The other edges get the same Service (serveAPI).
 func startAPI(cfg Config, p apiParts, td *teardown, log *slog.Logger) (*api.Server, *sandbox.Service, *operation.Engine, error) {
 	ops := operation.New(operation.Config{Store: p.db, Logger: log, Registerer: p.metrics.Registry,
-		Owner: p.owner, LeaseTTL: p.leaseTTL, TakenOver: p.takenOver})
+		Concurrency: cfg.OperationConcurrency, TenantShare: cfg.OperationTenantShare, Owner: p.owner, LeaseTTL: p.leaseTTL, TakenOver: p.takenOver})
 	td.add(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

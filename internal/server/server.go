@@ -117,7 +117,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 			kernel = h.kernel.Version
 		}
 		log.Info("spaced serving", "listen", addr, "data_dir", cfg.DataDir,
-			"kernel", kernel, "features", strings.Join(cfg.Features, ","), "simulated", cfg.Simulate.Enabled)
+			"kernel", kernel, "features", strings.Join(cfg.Features, ","), "simulated", cfg.Simulate.Enabled,
+			"operation_concurrency", cfg.OperationConcurrency, "operation_tenant_share", cfg.OperationTenantShare)
 	})
 }
 

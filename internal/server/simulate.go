@@ -5,15 +5,18 @@ import (
 	"crypto/sha256"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/worker/remote"
 	"github.com/space-sandbox/space/internal/worker/sim"
 )
 
@@ -111,12 +114,27 @@ func startSimulated(c SimulateConfig, who string, log *slog.Logger) *sim.Worker 
 	return sim.New(sim.Config{Profile: c.Profile, Logger: log.With("component", "sim")})
 }
 
-// simulatedBase is the base template a simulated single node records: a
-// name and defaults, no image (the simulated worker needs none).
+// simulatedBase is the base template a simulated single node records, and
+// a simulated cluster worker publishes (simulatedBuilds): a name and
+// defaults, no image (the simulated worker needs none).
 func simulatedBase() template.Metadata {
 	d := template.DefaultBaseDefaults
 	return template.Metadata{Name: "base", Digest: fmt.Sprintf("sha256:%x", sha256.Sum256([]byte("space simulated base"))),
 		Defaults: d, CreatedAt: time.Unix(0, 0).UTC()}
+}
+
+// simulatedBuilds is a simulated cluster worker's template builder: it
+// publishes only the simulated base (a control replica records its base
+// from a worker), so a fleet of simulated workers serves creates of base;
+// every other build is refused, as no image could be made or used.
+type simulatedBuilds struct{}
+
+func (simulatedBuilds) BuildTemplate(ctx context.Context, b remote.TemplateBuild, progress template.ProgressFunc, log io.Writer) (template.Metadata, error) {
+	if !b.Base {
+		return template.Metadata{}, errdefs.New(errdefs.ErrFailedPrecondition,
+			"a simulated worker (--simulate) builds no templates: it publishes only the simulated base")
+	}
+	return simulatedBase(), nil
 }
 
 // simulatedNode sets up what a simulated single node needs instead of a

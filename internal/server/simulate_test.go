@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/worker"
 	"github.com/space-sandbox/space/internal/worker/remote"
 	"github.com/space-sandbox/space/internal/worker/sim"
@@ -182,5 +184,14 @@ func TestRunWorkerSimulated(t *testing.T) {
 	}
 	if st, err := c.Sandbox(cctx, "sbx_sim"); err != nil || st.State != worker.VMRunning {
 		t.Errorf("sandbox: %+v, %v", st, err)
+	}
+	// A control replica records its base from a worker: a simulated one
+	// publishes the simulated base, and builds nothing else.
+	if m, err := c.BuildTemplate(cctx, remote.TemplateBuild{Base: true}, nil, nil); err != nil || m.Name != "base" || m.Digest != simulatedBase().Digest {
+		t.Errorf("base build: %+v, %v", m, err)
+	}
+	other := remote.TemplateBuild{Request: template.BuildRequest{Name: "py", Source: template.Source{Type: template.SourceOCI, Image: "python:3"}}}
+	if _, err := c.BuildTemplate(cctx, other, nil, nil); errdefs.ClassOf(err) != errdefs.ErrFailedPrecondition {
+		t.Errorf("a build other than base: %v, want failed_precondition", err)
 	}
 }

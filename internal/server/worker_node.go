@@ -40,6 +40,8 @@ type NodeConfig struct {
 	// InternalIP. Empty: the --listen host, which must then be a specific
 	// address (not 0.0.0.0 or ::).
 	AdvertiseAddress string
+	// KubeRate bounds this worker's requests to the Kubernetes API.
+	KubeRate KubeRate
 	// What the worker offers: the node's capacity and allocatable.
 	VCPUs, MemoryMiB, Sandboxes int
 	// VCPUOvercommit is the ratio of sandbox vCPUs to the host's VCPUs the
@@ -77,6 +79,7 @@ const DefaultVCPUOvercommit = 4
 func registerNodeFlags(fs *flag.FlagSet, c *NodeConfig) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to register this host with as a node (empty: no registration)")
 	fs.StringVar(&c.NodeName, "node-name", "", "the node's name (default space-<hostname>)")
+	registerKubeRateFlags(fs, &c.KubeRate, DefaultWorkerKubeRate)
 	fs.StringVar(&c.Namespace, "namespace", k8s.DefaultNamespace, "namespace of the sandbox Pods")
 	fs.StringVar(&c.AdvertiseAddress, "advertise-address", "", "IP the control plane dials (default: the --listen host; required when that is 0.0.0.0 or ::)")
 	fs.IntVar(&c.VCPUs, "vcpus", runtime.NumCPU(), "vCPUs this worker offers to sandboxes")
@@ -125,6 +128,9 @@ func (c *NodeConfig) validate() error {
 	}
 	if c.VCPUOvercommit < 1 || c.VCPUOvercommit > node.MaxVCPUOvercommit {
 		return bad("--vcpu-overcommit %g must be between 1 and %d", c.VCPUOvercommit, node.MaxVCPUOvercommit)
+	}
+	if err := c.KubeRate.validate(); err != nil {
+		return bad("%v", err)
 	}
 	if c.LeaseDuration < 4*time.Second {
 		return bad("--node-lease %s is below 4s", c.LeaseDuration)
@@ -185,6 +191,7 @@ func serveWorkerAndNode(ctx context.Context, w worker.Worker, ln net.Listener, o
 		return fmt.Errorf("--kubeconfig %s: %w", nc.Kubeconfig, err)
 	}
 	rc.UserAgent = "spaced-worker/" + nc.NodeName
+	nc.KubeRate.apply(rc)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		ln.Close()

@@ -34,11 +34,15 @@ func TestParseWorkerNodeFlags(t *testing.T) {
 	if urls := cfg.Node.controlURLs(); !slices.Equal(urls, []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"}) {
 		t.Errorf("--control URLs = %q", urls)
 	}
+	if cfg.Node.KubeRate != DefaultWorkerKubeRate {
+		t.Errorf("Kubernetes rate %+v, want the default %+v", cfg.Node.KubeRate, DefaultWorkerKubeRate)
+	}
 	for _, bad := range [][]string{
 		{"--kubeconfig", "/k", "--vcpus", "0"},
 		{"--kubeconfig", "/k", "--node-name", "Not_A_Name"},
 		{"--kubeconfig", "/k", "--advertise-address", "example.com"},
 		{"--kubeconfig", "/k", "--node-lease", "1s"},
+		{"--kubeconfig", "/k", "--kube-qps", "-1"},
 		{"--control", "ftp://x"},
 		{"--control", "http://127.0.0.1:8080,nohost"},
 	} {

@@ -127,7 +127,7 @@ func runSimulatedWorker(ctx context.Context, cfg WorkerConfig, log *slog.Logger)
 	log.Info("spaced worker serving the worker protocol", "listen", ln.Addr().String(), "data_dir", cfg.DataDir,
 		"kernel", "none (simulated)", "tls", tlsConfig != nil, "simulated", true)
 	cfg.Node.Simulated = true
-	return serveWorkerAndNode(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log}, cfg.Node)
+	return serveWorkerAndNode(ctx, wk, ln, WorkerServing{Token: token, TLS: tlsConfig, Logger: log, Templates: simulatedBuilds{}}, cfg.Node)
 }
 
 // workerCredentials are what the worker protocol's server authenticates

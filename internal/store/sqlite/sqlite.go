@@ -2,7 +2,8 @@
 // WAL mode, driven by the pure-Go modernc.org/sqlite. All writes go through
 // one connection whose transactions begin IMMEDIATE, so writers queue in
 // process instead of failing with SQLITE_BUSY; reads use a small pool of
-// read-only connections that WAL lets run beside the writer. The schema is
+// read-only connections that WAL lets run beside the writer. Each
+// connection keeps its statements prepared (stmtcache.go). The schema is
 // versioned by embedded migrations recorded in schema_migrations.
 //
 // Inside Atomic, the context handed to fn carries the transaction: a call on
@@ -76,9 +77,9 @@ func dsn(path string, readOnly bool) string {
 // Open opens (creating when missing) the database at path and migrates it to
 // the newest schema.
 func Open(path string) (*Store, error) {
-	w, err := sql.Open("sqlite", dsn(path, false))
+	w, err := openDB(dsn(path, false))
 	if err != nil {
-		return nil, fmt.Errorf("open store: %w", errdefs.ErrInternal)
+		return nil, err
 	}
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxIdleTime(0)
@@ -88,15 +89,25 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, err
 	}
-	r, err := sql.Open("sqlite", dsn(path, true))
+	r, err := openDB(dsn(path, true))
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open store: %w", errdefs.ErrInternal)
+		return nil, err
 	}
 	r.SetMaxOpenConns(4)
 	s := &Store{writer: w, reader: r}
 	s.conn = conn{rd: r, wr: w, writer: w}
 	return s, nil
+}
+
+// openDB is a pool of connections to dsn that keep their prepared
+// statements (stmtcache.go).
+func openDB(dsn string) (*sql.DB, error) {
+	c, err := msqlite.NewConnector(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", errdefs.ErrInternal)
+	}
+	return sql.OpenDB(cachingConnector{c}), nil
 }
 
 // Close closes the database.
