@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/api/apiv1"
+	"github.com/space-sandbox/space/internal/testenv"
 )
 
 // TestFaultsFromOutside breaks a sandbox from the host while spaced runs: its
@@ -54,7 +55,21 @@ func TestFaultsFromOutside(t *testing.T) {
 		}
 		syscall.Kill(pid, syscall.SIGCONT)
 		stopped = false
-		mustExec(t, &c, sb.ID, "true") // the link recovers once the VMM runs
+		// The link recovers once the VMM runs: the host redials the agent,
+		// and until it has (a guest that was stopped for seconds, on a
+		// loaded host, answers its handshake late) an exec is 503.
+		testenv.Eventually(t, 30*time.Second, func() error {
+			var res apiv1.ExecResponse
+			st := c.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"shell": "true", "timeout_seconds": 10}, &res)
+			switch {
+			case st == 200 && res.ExitCode != nil && *res.ExitCode == 0:
+				return nil
+			case st == 503:
+				return fmt.Errorf("exec after SIGCONT: 503")
+			}
+			t.Fatalf("exec after SIGCONT = %d %+v", st, res)
+			return nil
+		})
 		c.deleteSandbox(sb.ID)
 	})
 
