@@ -187,7 +187,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.routes = append(s.routes, rt)
 		mux.Handle(rt.pattern, s.wrapRoute(rt))
 	}
-	s.handler = s.base(s.previewRouting(mux))
+	s.handler = s.base(s.previewRouting(s.canonicalPaths(mux)))
 	return s, nil
 }
 
