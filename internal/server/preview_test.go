@@ -99,7 +99,7 @@ func TestPreviewTLSBySNI(t *testing.T) {
 }
 
 // serveForTest serves the API of cfg (the API tests' worker) until the
-// test ends and returns its address.
+// test ends, when serveAPI must return cleanly, and returns its address.
 func serveForTest(t *testing.T, cfg Config) string {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
@@ -121,7 +121,14 @@ func serveForTest(t *testing.T, cfg Config) string {
 	go func() { served <- serveAPI(ctx, cfg, srv, svc, authn, db, log, func(addr string) { addrc <- addr }) }()
 	t.Cleanup(func() {
 		stop()
-		<-served
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("serveAPI: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Error("serveAPI did not return")
+		}
 	})
 	select {
 	case addr := <-addrc:

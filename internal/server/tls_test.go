@@ -21,9 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/api/apitest"
-	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/worker/remote"
 )
 
@@ -182,32 +180,7 @@ func TestServeAPITLSAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var td teardown
-	defer td.run()
-	db, err := openStore(ctx, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td.add(func() { db.Close() })
-	authn := auth.New(db, log)
-	srv, svc, _, err := startAPI(cfg, apiParts{db: db, auth: authn, worker: apitest.NewWorker(t), metrics: api.NewMetrics()}, &td, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	served := make(chan error, 1)
-	go func() { served <- serveAPI(ctx, cfg, srv, svc, authn, db, log, func(addr string) { addrc <- addr }) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-served:
-		t.Fatal(err)
-	case <-time.After(time.Minute):
-		t.Fatal("the API did not listen")
-	}
+	addr := serveForTest(t, cfg) // serveAPI returns cleanly at the end
 	_, port, _ := net.SplitHostPort(addr)
 	pool := x509.NewCertPool()
 	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
@@ -235,14 +208,5 @@ func TestServeAPITLSAndMetrics(t *testing.T) {
 	code, body, err := get(plain, "http://"+metricsAddr+"/metrics")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, "space_") {
 		t.Errorf("metrics listener: %d %v %.200q", code, err, body)
-	}
-	stop()
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("serveAPI: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("serveAPI did not return")
 	}
 }
